@@ -1,0 +1,203 @@
+"""Every error txnlog raises derives from :class:`TxnLogError`.
+
+Each error carries the facts as attributes (path, version, winning commit, predicate...) so that
+callers can act on them without parsing the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TxnLogError(Exception):
+    """Base of every error the library raises."""
+
+
+# --- storage ---------------------------------------------------------------------------------
+
+
+class StorageError(TxnLogError):
+    """A store operation failed. ``path`` names the object."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class FileAlreadyExistsError(StorageError):
+    """Put-if-absent found the object already there: another writer won that name."""
+
+
+class ObjectNotFoundError(StorageError):
+    """The object does not exist."""
+
+
+class PutIfAbsentUnsupportedError(StorageError):
+    """The store has no atomic put-if-absent, so committing to it could silently lose commits."""
+
+
+class AmbiguousWriteError(StorageError):
+    """A write failed after it was sent (timeout, broken connection): it may or may not have landed."""
+
+
+# --- tables and the log ----------------------------------------------------------------------
+
+
+class TableNotFoundError(TxnLogError):
+    """No Delta table (no ``_delta_log`` commits or checkpoints) at ``uri``."""
+
+    def __init__(self, message: str, *, uri: str) -> None:
+        super().__init__(message)
+        self.uri = uri
+
+
+class TableAlreadyExistsError(TxnLogError):
+    """``Table.create`` found a table already at ``uri``."""
+
+    def __init__(self, message: str, *, uri: str) -> None:
+        super().__init__(message)
+        self.uri = uri
+
+
+class VersionNotFoundError(TxnLogError):
+    """The requested version or timestamp is outside what the log still holds."""
+
+    def __init__(self, message: str, *, version: int | None = None) -> None:
+        super().__init__(message)
+        self.version = version
+
+
+class LogCorruptError(TxnLogError):
+    """The log is malformed: ``path`` and ``version`` name where."""
+
+    def __init__(self, message: str, *, path: str | None = None, version: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.version = version
+
+
+class VersionGapError(LogCorruptError):
+    """The commits of a log segment are not contiguous."""
+
+
+class CorruptCheckpointError(LogCorruptError):
+    """A checkpoint file cannot be read or does not match the protocol's layout."""
+
+
+class UnsupportedFeatureError(TxnLogError):
+    """The table needs a reader or writer version or feature this library does not implement."""
+
+    def __init__(self, message: str, *, features: tuple[str, ...] = (), version: int | None = None) -> None:
+        super().__init__(message)
+        self.features = features
+        self.version = version
+
+
+class SchemaError(TxnLogError):
+    """A schema is invalid or does not match the data, ``field`` names the column."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidTablePropertyError(TxnLogError):
+    """A table property has a value of the wrong type or range."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class InvalidPredicateError(TxnLogError):
+    """A predicate string cannot be parsed or refers to an unknown column."""
+
+    def __init__(self, message: str, *, predicate: str) -> None:
+        super().__init__(message)
+        self.predicate = predicate
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+class TransactionError(TxnLogError):
+    """A transaction was used in a way the protocol forbids (two metadata updates, reuse...)."""
+
+
+class ProtocolViolationError(TransactionError):
+    """The write breaks a rule the table's protocol enforces (appendOnly, invariants, CHECK)."""
+
+    def __init__(self, message: str, *, rule: str) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+class CommitFailedError(TxnLogError):
+    """A commit could not be written: retries or total time ran out, or the store failed.
+
+    ``orphan_files`` lists data files the transaction wrote that no commit references: they are
+    left in place for vacuum.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        attempts: int = 0,
+        version: int | None = None,
+        orphan_files: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+        self.version = version
+        self.orphan_files = orphan_files
+
+
+class CommitConflictError(CommitFailedError):
+    """A concurrent commit changed what this transaction read or wrote: a logical conflict.
+
+    Never retried automatically: only the application can decide whether re-running is safe.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        winning_version: int,
+        winning_operation: str | None = None,
+        conflicting_file: str | None = None,
+        predicate: str | None = None,
+        detail: Any = None,
+        attempts: int = 0,
+        orphan_files: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, attempts=attempts, version=winning_version, orphan_files=orphan_files)
+        self.winning_version = winning_version
+        self.winning_operation = winning_operation
+        self.conflicting_file = conflicting_file
+        self.predicate = predicate
+        self.detail = detail
+
+
+class ProtocolChangedError(CommitConflictError):
+    """The winner changed the table's protocol."""
+
+
+class MetadataChangedError(CommitConflictError):
+    """The winner changed the table's metadata (schema, partitioning, properties)."""
+
+
+class ConcurrentTransactionError(CommitConflictError):
+    """The winner touched an app transaction id or a domain this transaction also uses."""
+
+
+class ConcurrentAppendError(CommitConflictError):
+    """The winner added files this transaction's reads should have seen."""
+
+
+class ConcurrentDeleteReadError(CommitConflictError):
+    """The winner removed a file this transaction read."""
+
+
+class ConcurrentDeleteDeleteError(CommitConflictError):
+    """The winner removed a file this transaction also removes."""

@@ -1,0 +1,169 @@
+"""Reading checkpoints: classic single-file, multi-part, and V2 (UUID-named JSON or Parquet
+top-level file, with ``_delta_log/_sidecars/``).
+
+Only the columns a snapshot needs are read: the non-file actions in full (they are few rows),
+the add fields a file list shows, and the remove fields only when tombstones are asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from txnlog.errors import CorruptCheckpointError, StorageError, TxnLogError
+from txnlog.log import codec
+from txnlog.log.actions import Action, Sidecar
+from txnlog.log.file_actions import (
+    ADD_LOG_FIELD_NAMES,
+    FILES_SCHEMA,
+    REMOVE_LOG_FIELD_NAMES,
+    TOMBSTONES_SCHEMA,
+    concat,
+    struct_to_table,
+    table_from_log_dicts,
+)
+from txnlog.log.filenames import SIDECAR_DIR, CheckpointFile
+from txnlog.storage.base import LogStore
+
+NON_FILE_COLUMNS = ("protocol", "metaData", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
+
+
+@dataclass
+class CheckpointData:
+    version: int
+    non_file_actions: list[Action]
+    adds: pa.Table
+    load_tombstones: Callable[[], pa.Table] = field(repr=False)
+
+
+def _fail(part: CheckpointFile, what: str, cause: BaseException | None = None) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        f"checkpoint {part.path} (version {part.version}) is unreadable: {what}", path=part.path, version=part.version
+    )
+
+
+def _open_parquet(store: LogStore, path: str, part: CheckpointFile) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(store.open_input(path))
+    except TxnLogError:
+        raise
+    except (OSError, pa.ArrowException) as e:
+        if isinstance(e, FileNotFoundError):
+            raise _fail(part, f"{path} is missing") from e
+        raise _fail(part, f"{path}: {e}") from e
+
+
+def _present_children(pf: pq.ParquetFile, column: str, wanted: tuple[str, ...]) -> list[str]:
+    schema = pf.schema_arrow
+    idx = schema.get_field_index(column)
+    if idx < 0:
+        return []
+    present = {f.name for f in schema.field(idx).type}
+    return [name for name in wanted if name in present]
+
+
+def _read_file_struct(pf: pq.ParquetFile, column: str, children: list[str], part: CheckpointFile) -> pa.Table:
+    kind = "add" if column == "add" else "remove"
+    if not children:
+        return (FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA).empty_table()
+    try:
+        table = pf.read(columns=[f"{column}.{c}" for c in children])
+        struct = table.column(column)
+        if kind == "add" and "stats" in children and "stats_parsed" not in children:
+            stats = struct.combine_chunks().field("stats")
+            if stats.null_count == len(stats) and _present_children(pf, "add", ("stats_parsed",)):
+                return _read_file_struct(pf, column, children + ["stats_parsed"], part)
+        return struct_to_table(struct, kind)
+    except (OSError, pa.ArrowException) as e:
+        raise _fail(part, f"cannot read column '{column}': {e}") from e
+
+
+def _decode_non_file(rows: pa.Table, part: CheckpointFile) -> list[Action]:
+    out: list[Action] = []
+    for name in rows.column_names:
+        column = rows.column(name)
+        valid = column.filter(column.is_valid())
+        for body in valid.to_pylist(maps_as_pydicts="lossy"):
+            action = codec.decode_action(name, body, path=part.path, version=part.version)
+            if action is not None:
+                out.append(action)
+    return out
+
+
+def _read_parquet_part(
+    store: LogStore, path: str, part: CheckpointFile
+) -> tuple[list[Action], pa.Table, Callable[[], pa.Table]]:
+    pf = _open_parquet(store, path, part)
+    names = set(pf.schema_arrow.names)
+    wanted = [c for c in NON_FILE_COLUMNS if c in names]
+    try:
+        non_file = _decode_non_file(pf.read(columns=wanted), part) if wanted else []
+    except (OSError, pa.ArrowException) as e:
+        raise _fail(part, str(e)) from e
+    add_children = _present_children(pf, "add", ADD_LOG_FIELD_NAMES)
+    if "add" in names and "path" not in add_children:
+        raise _fail(part, "its 'add' column has no 'path' field")
+    adds = _read_file_struct(pf, "add", add_children, part)
+    remove_children = _present_children(pf, "remove", REMOVE_LOG_FIELD_NAMES)
+
+    def tombstones() -> pa.Table:
+        return _read_file_struct(_open_parquet(store, path, part), "remove", remove_children, part)
+
+    return non_file, adds, tombstones
+
+
+def _sidecar_path(sidecar: Sidecar) -> str:
+    # Sidecar paths are relative to _delta_log/_sidecars unless absolute.
+    return sidecar.path if "://" in sidecar.path else f"{SIDECAR_DIR}/{sidecar.path}"
+
+
+def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointData:
+    """Every action of one checkpoint (all parts, and sidecars for V2)."""
+    version = parts[0].version
+    non_file: list[Action] = []
+    adds: list[pa.Table] = []
+    tombstone_loaders: list[Callable[[], pa.Table]] = []
+
+    for part in parts:
+        if part.v2_format == "json":
+            try:
+                data = store.read(part.path)
+            except StorageError as e:
+                raise _fail(part, str(e)) from e
+            raw = codec.parse_lines(data, path=part.path, version=version)
+            add_bodies = [o["add"] for o in raw if isinstance(o.get("add"), dict)]
+            remove_bodies = [o["remove"] for o in raw if isinstance(o.get("remove"), dict)]
+            for obj in raw:
+                for kind, body in obj.items():
+                    if kind not in ("add", "remove"):
+                        action = codec.decode_action(kind, body, path=part.path, version=version)
+                        if action is not None:
+                            non_file.append(action)
+            try:
+                adds.append(table_from_log_dicts(add_bodies, "add"))
+                inline_removes = table_from_log_dicts(remove_bodies, "remove")
+            except (pa.ArrowException, KeyError, TypeError) as e:
+                raise _fail(part, f"malformed add/remove action: {e}") from e
+            tombstone_loaders.append(lambda t=inline_removes: t)
+        else:
+            part_non_file, part_adds, loader = _read_parquet_part(store, part.path, part)
+            non_file.extend(part_non_file)
+            adds.append(part_adds)
+            tombstone_loaders.append(loader)
+
+    sidecars = [a for a in non_file if isinstance(a, Sidecar)]
+    for sidecar in sidecars:
+        sidecar_part = CheckpointFile(_sidecar_path(sidecar), version)
+        _nf, sidecar_adds, loader = _read_parquet_part(store, sidecar_part.path, sidecar_part)
+        adds.append(sidecar_adds)
+        tombstone_loaders.append(loader)
+
+    def load_tombstones() -> pa.Table:
+        return concat((load() for load in tombstone_loaders), TOMBSTONES_SCHEMA)
+
+    non_file = [a for a in non_file if not isinstance(a, Sidecar)]
+    return CheckpointData(version, non_file, concat(adds, FILES_SCHEMA), load_tombstones)
+

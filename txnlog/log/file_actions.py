@@ -1,0 +1,168 @@
+"""Columnar file actions: the Arrow layouts of add and remove, and conversions into them.
+
+A file list is an Arrow table, never a Python object per file on the hot path. The log layout
+(camelCase structs, as in checkpoints) is converted once, here, into the snake_case columns of
+``Snapshot.files()`` and ``Snapshot.tombstones()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+STRING_MAP = pa.map_(pa.string(), pa.string())
+
+DV_LOG_TYPE = pa.struct(
+    [
+        ("storageType", pa.string()),
+        ("pathOrInlineDv", pa.string()),
+        ("offset", pa.int32()),
+        ("sizeInBytes", pa.int32()),
+        ("cardinality", pa.int64()),
+        ("maxRowIndex", pa.int64()),
+    ]
+)
+DV_TYPE = pa.struct(
+    [
+        ("storage_type", pa.string()),
+        ("path_or_inline_dv", pa.string()),
+        ("offset", pa.int32()),
+        ("size_in_bytes", pa.int32()),
+        ("cardinality", pa.int64()),
+        ("max_row_index", pa.int64()),
+    ]
+)
+
+# (log name, column name, type) for every add field a snapshot keeps.
+_ADD_FIELDS: list[tuple[str, str, pa.DataType]] = [
+    ("path", "path", pa.string()),
+    ("partitionValues", "partition_values", STRING_MAP),
+    ("size", "size", pa.int64()),
+    ("modificationTime", "modification_time", pa.int64()),
+    ("dataChange", "data_change", pa.bool_()),
+    ("stats", "stats", pa.string()),
+    ("tags", "tags", STRING_MAP),
+    ("deletionVector", "deletion_vector", DV_TYPE),
+    ("baseRowId", "base_row_id", pa.int64()),
+    ("defaultRowCommitVersion", "default_row_commit_version", pa.int64()),
+    ("clusteringProvider", "clustering_provider", pa.string()),
+]
+_REMOVE_FIELDS: list[tuple[str, str, pa.DataType]] = [
+    ("path", "path", pa.string()),
+    ("deletionTimestamp", "deletion_timestamp", pa.int64()),
+    ("dataChange", "data_change", pa.bool_()),
+    ("extendedFileMetadata", "extended_file_metadata", pa.bool_()),
+    ("partitionValues", "partition_values", STRING_MAP),
+    ("size", "size", pa.int64()),
+    ("stats", "stats", pa.string()),
+    ("tags", "tags", STRING_MAP),
+    ("deletionVector", "deletion_vector", DV_TYPE),
+    ("baseRowId", "base_row_id", pa.int64()),
+    ("defaultRowCommitVersion", "default_row_commit_version", pa.int64()),
+]
+
+FILES_SCHEMA = pa.schema([pa.field(col, t) for _, col, t in _ADD_FIELDS])
+TOMBSTONES_SCHEMA = pa.schema([pa.field(col, t) for _, col, t in _REMOVE_FIELDS])
+
+# The same fields in the log's naming, for checkpoint writing and for parsing JSON dicts.
+ADD_LOG_TYPE = pa.struct([(name, DV_LOG_TYPE if name == "deletionVector" else t) for name, _, t in _ADD_FIELDS])
+REMOVE_LOG_TYPE = pa.struct([(name, DV_LOG_TYPE if name == "deletionVector" else t) for name, _, t in _REMOVE_FIELDS])
+
+ADD_LOG_FIELD_NAMES = tuple(name for name, _, _ in _ADD_FIELDS)
+REMOVE_LOG_FIELD_NAMES = tuple(name for name, _, _ in _REMOVE_FIELDS)
+
+
+def _dv_column(child: pa.Array) -> pa.Array:
+    """A checkpoint's deletionVector struct (any subset of fields) in the snake_case layout."""
+    if child.null_count == len(child):
+        return pa.nulls(len(child), DV_TYPE)
+    names = [f.name for f in child.type]
+    arrays = []
+    for (log_name, log_type), snake in zip([(f.name, f.type) for f in DV_LOG_TYPE], DV_TYPE.names):
+        arrays.append(child.field(log_name).cast(log_type) if log_name in names else pa.nulls(len(child), log_type))
+    return pa.StructArray.from_arrays(arrays, names=DV_TYPE.names, mask=child.is_null())
+
+
+def _stats_from_parsed(stats: pa.Array, parsed: pa.Array) -> pa.Array:
+    """Fill null ``stats`` strings from ``stats_parsed`` (checkpoints written with writeStatsAsJson=false)."""
+    missing = pc.and_(pc.is_null(stats), pc.is_valid(parsed))
+    if not pc.any(missing).as_py():
+        return stats
+    values = stats.to_pylist()
+    for i, row in enumerate(parsed.to_pylist()):
+        if values[i] is None and row is not None:
+            values[i] = orjson.dumps(row, default=str).decode()
+    return pa.array(values, pa.string())
+
+
+def struct_to_table(struct: pa.Array | pa.ChunkedArray, kind: str) -> pa.Table:
+    """Rows of a log-layout ``add`` or ``remove`` struct column (nulls dropped) as a snake_case table."""
+    fields = _ADD_FIELDS if kind == "add" else _REMOVE_FIELDS
+    if isinstance(struct, pa.ChunkedArray):
+        struct = struct.combine_chunks() if struct.num_chunks != 1 else struct.chunk(0)
+    if struct.null_count:
+        struct = struct.filter(struct.is_valid())
+    if isinstance(struct, pa.ChunkedArray):
+        struct = struct.combine_chunks()
+    present = {f.name for f in struct.type}
+    n = len(struct)
+    columns = []
+    for log_name, _col, t in fields:
+        if log_name not in present:
+            columns.append(pa.nulls(n, t))
+            continue
+        child = struct.field(log_name)
+        if log_name == "deletionVector":
+            columns.append(_dv_column(child))
+        elif child.type != t:
+            columns.append(child.cast(t))
+        else:
+            columns.append(child)
+    schema = FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA
+    table = pa.Table.from_arrays(columns, schema=schema)
+    if kind == "add" and "stats_parsed" in present:
+        idx = schema.get_field_index("stats")
+        table = table.set_column(idx, "stats", _stats_from_parsed(table.column("stats").combine_chunks(), struct.field("stats_parsed")))
+    return table
+
+
+def table_from_log_dicts(bodies: Sequence[Mapping[str, Any]], kind: str) -> pa.Table:
+    """Add or remove action bodies, as parsed from JSON, as a snake_case table."""
+    log_type = ADD_LOG_TYPE if kind == "add" else REMOVE_LOG_TYPE
+    if not bodies:
+        return (FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA).empty_table()
+    return struct_to_table(pa.array(bodies, type=log_type), kind)
+
+
+def file_keys(table: pa.Table) -> pa.Array:
+    """The logical-file key of each row: the path, plus the deletion vector's unique id if any."""
+    paths = table.column("path").combine_chunks()
+    dv = table.column("deletion_vector").combine_chunks()
+    if dv.null_count == len(dv):
+        return paths
+    dv_id = pc.binary_join_element_wise(dv.field("storage_type"), dv.field("path_or_inline_dv"), "")
+    with_offset = pc.binary_join_element_wise(dv_id, pc.cast(dv.field("offset"), pa.string()), "@")
+    dv_id = pc.if_else(pc.is_null(dv.field("offset")), dv_id, with_offset)
+    keyed = pc.binary_join_element_wise(paths, dv_id, "\x00")
+    return pc.if_else(pc.is_null(dv), paths, keyed)
+
+
+def key_of(body: Mapping[str, Any]) -> str:
+    """The same key as :func:`file_keys`, for one action body in log layout."""
+    dv = body.get("deletionVector")
+    if not dv:
+        return body["path"]
+    dv_id = f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}"
+    if dv.get("offset") is not None:
+        dv_id = f"{dv_id}@{dv['offset']}"
+    return f"{body['path']}\x00{dv_id}"
+
+
+def concat(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -1,0 +1,244 @@
+"""Log replay: reconcile a checkpoint and the commits after it into one table state.
+
+Rules (PROTOCOL.md, "Action Reconciliation"):
+- the latest protocol and metaData win;
+- the latest txn wins for each appId;
+- domainMetadata: the latest per domain wins, and ``removed`` drops the domain;
+- a logical file is keyed by (path, deletion vector unique id); its latest add or remove wins;
+- removes are kept as tombstones (for vacuum) unless the file is live again.
+
+The checkpoint's file list stays columnar: commits are applied to it with Arrow compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from txnlog.errors import LogCorruptError
+from txnlog.log import codec
+from txnlog.log.actions import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
+from txnlog.log.checkpoint_reader import read_checkpoint
+from txnlog.log.file_actions import (
+    FILES_SCHEMA,
+    TOMBSTONES_SCHEMA,
+    concat,
+    file_keys,
+    key_of,
+    table_from_log_dicts,
+)
+from txnlog.log.segment import CommitFile, LogSegment
+from txnlog.storage.base import LogStore
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One parsed commit file: its raw actions (``{kind: body}``) in file order."""
+
+    version: int
+    path: str
+    modification_time: int
+    actions: list[dict[str, Any]]
+
+    def commit_info(self) -> CommitInfo | None:
+        for obj in self.actions:
+            if "commitInfo" in obj:
+                info = codec.decode_action("commitInfo", obj["commitInfo"], path=self.path, version=self.version)
+                return info  # type: ignore[return-value]
+        return None
+
+    @property
+    def timestamp(self) -> int:
+        """In-commit timestamp when present, else the file's modification time."""
+        info = self.commit_info()
+        if info is not None and info.in_commit_timestamp is not None:
+            return int(info.in_commit_timestamp)
+        return self.modification_time
+
+
+def read_commits(store: LogStore, files: Iterable[CommitFile]) -> list[Commit]:
+    files = list(files)
+    blobs = store.read_many([f.path for f in files])
+    return [
+        Commit(f.version, f.path, f.modification_time, codec.parse_lines(data, path=f.path, version=f.version))
+        for f, data in zip(files, blobs)
+    ]
+
+
+@dataclass(frozen=True)
+class TableState:
+    """Everything a snapshot knows, derived only from the log."""
+
+    version: int
+    protocol: Protocol
+    metadata: Metadata
+    app_transactions: Mapping[str, Txn]
+    domains: Mapping[str, DomainMetadata]
+    files: pa.Table
+    _tombstone_parts: tuple[Callable[[], pa.Table], ...] = field(repr=False, default=())
+
+    def tombstones(self) -> pa.Table:
+        """Latest remove per logical file that is not live again."""
+        removes = concat((load() for load in self._tombstone_parts), TOMBSTONES_SCHEMA)
+        if removes.num_rows == 0:
+            return removes
+        keys = file_keys(removes)
+        live = pc.is_in(keys, value_set=file_keys(self.files))
+        removes = removes.filter(pc.invert(live))
+        keys = keys.filter(pc.invert(live))
+        # Keep the last occurrence of each key: parts are in log order.
+        idx = pa.table({"k": keys, "i": pa.array(range(len(keys)), pa.int64())})
+        last = idx.group_by("k", use_threads=False).aggregate([("i", "max")]).column("i_max")
+        return removes.take(pc.sort_indices(last))
+
+
+def _missing(what: str, segment_desc: str, version: int) -> LogCorruptError:
+    return LogCorruptError(f"{segment_desc}: no {what} action found at or before version {version}", version=version)
+
+
+def apply_commits(
+    commits: list[Commit],
+    *,
+    base_files: pa.Table,
+    protocol: Protocol | None,
+    metadata: Metadata | None,
+    app_transactions: Mapping[str, Txn],
+    domains: Mapping[str, DomainMetadata],
+    tombstone_parts: tuple[Callable[[], pa.Table], ...],
+    version: int,
+    where: str,
+) -> TableState:
+    txns = dict(app_transactions)
+    doms = dict(domains)
+    live: dict[str, dict[str, Any]] = {}
+    touched: set[str] = set()
+    removes: list[dict[str, Any]] = []
+    latest_protocol: tuple[Commit, Any] | None = None
+    latest_metadata: tuple[Commit, Any] | None = None
+    for commit in commits:
+        for obj in commit.actions:
+            for kind, body in obj.items():
+                try:
+                    if kind == "add":
+                        key = key_of(body)
+                        live[key] = body
+                        touched.add(key)
+                    elif kind == "remove":
+                        key = key_of(body)
+                        live.pop(key, None)
+                        touched.add(key)
+                        removes.append(body)
+                    elif kind == "protocol":
+                        latest_protocol = (commit, body)
+                    elif kind == "metaData":
+                        latest_metadata = (commit, body)
+                    elif kind in ("txn", "domainMetadata"):
+                        action = codec.decode_action(kind, body, path=commit.path, version=commit.version)
+                        if isinstance(action, Txn):
+                            txns[action.app_id] = action
+                        elif isinstance(action, DomainMetadata):
+                            if action.removed:
+                                doms.pop(action.domain, None)
+                            else:
+                                doms[action.domain] = action
+                except (KeyError, TypeError, AttributeError) as e:
+                    raise LogCorruptError(
+                        f"{commit.path}: malformed '{kind}' action (version {commit.version}): {e!r}",
+                        path=commit.path,
+                        version=commit.version,
+                    ) from None
+    # Only the winning protocol and metaData must be valid: superseded ones are never used.
+    if latest_protocol is not None:
+        protocol = codec.decode_action("protocol", latest_protocol[1], path=latest_protocol[0].path, version=latest_protocol[0].version)  # type: ignore[assignment]
+    if latest_metadata is not None:
+        metadata = codec.decode_action("metaData", latest_metadata[1], path=latest_metadata[0].path, version=latest_metadata[0].version)  # type: ignore[assignment]
+    if protocol is None:
+        raise _missing("protocol", where, version)
+    if metadata is None:
+        raise _missing("metaData", where, version)
+
+    files = base_files
+    if touched and files.num_rows:
+        keep = pc.invert(pc.is_in(file_keys(files), value_set=pa.array(list(touched), pa.string())))
+        files = files.filter(keep)
+    if live:
+        files = concat([files, _file_table(commits, list(live.values()), "add")], FILES_SCHEMA)
+    parts = tombstone_parts
+    if removes:
+        remove_table = _file_table(commits, removes, "remove")
+        parts = parts + (lambda: remove_table,)
+    return TableState(version, protocol, metadata, txns, doms, files, parts)
+
+
+def _file_table(commits: list[Commit], bodies: list[dict[str, Any]], kind: str) -> pa.Table:
+    try:
+        return table_from_log_dicts(bodies, kind)
+    except (pa.ArrowException, TypeError, ValueError) as e:
+        # Find the commit holding the bad action, so the error names the file.
+        for commit in commits:
+            own = [o[kind] for o in commit.actions if kind in o]
+            try:
+                table_from_log_dicts(own, kind)
+            except (pa.ArrowException, TypeError, ValueError):
+                raise LogCorruptError(
+                    f"{commit.path}: malformed '{kind}' action (version {commit.version}): {e}",
+                    path=commit.path,
+                    version=commit.version,
+                ) from None
+        raise LogCorruptError(f"malformed '{kind}' action: {e}") from None
+
+
+def replay(store: LogStore, segment: LogSegment) -> TableState:
+    """The table state at ``segment.version``."""
+    where = f"{store.root_uri} version {segment.version}"
+    protocol = metadata = None
+    txns: dict[str, Txn] = {}
+    doms: dict[str, DomainMetadata] = {}
+    base_files = FILES_SCHEMA.empty_table()
+    parts: tuple[Callable[[], pa.Table], ...] = ()
+    if segment.checkpoint:
+        cp = read_checkpoint(store, segment.checkpoint)
+        for action in cp.non_file_actions:
+            if isinstance(action, Protocol):
+                protocol = action
+            elif isinstance(action, Metadata):
+                metadata = action
+            elif isinstance(action, Txn):
+                txns[action.app_id] = action
+            elif isinstance(action, DomainMetadata) and not action.removed:
+                doms[action.domain] = action
+        base_files = cp.adds
+        parts = (cp.load_tombstones,)
+    commits = read_commits(store, segment.commits)
+    return apply_commits(
+        commits,
+        base_files=base_files,
+        protocol=protocol,
+        metadata=metadata,
+        app_transactions=txns,
+        domains=doms,
+        tombstone_parts=parts,
+        version=segment.version,
+        where=where,
+    )
+
+
+def advance(state: TableState, commits: list[Commit], where: str) -> TableState:
+    """``state`` brought forward by the commits that follow it."""
+    if not commits:
+        return state
+    return apply_commits(
+        commits,
+        base_files=state.files,
+        protocol=state.protocol,
+        metadata=state.metadata,
+        app_transactions=state.app_transactions,
+        domains=state.domains,
+        tombstone_parts=state._tombstone_parts,
+        version=commits[-1].version,
+        where=where,
+    )
+

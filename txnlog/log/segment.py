@@ -1,0 +1,135 @@
+"""Log segment: the newest usable checkpoint at or below a version, then the JSON commits after it.
+
+The ``_last_checkpoint`` hint narrows the listing; when it is missing, stale, or points at a
+checkpoint that is not there, the whole log is listed instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from txnlog.errors import LogCorruptError, TableNotFoundError, VersionGapError, VersionNotFoundError
+from txnlog.log.filenames import LOG_DIR, CheckpointFile, parse_checkpoint, parse_commit_version, version_prefix
+from txnlog.log.last_checkpoint import read_hint
+from txnlog.storage.base import FileInfo, LogStore
+
+
+@dataclass(frozen=True)
+class CommitFile:
+    version: int
+    path: str
+    modification_time: int
+
+
+@dataclass(frozen=True)
+class LogSegment:
+    version: int
+    checkpoint: list[CheckpointFile] = field(default_factory=list)
+    commits: list[CommitFile] = field(default_factory=list)
+
+    @property
+    def checkpoint_version(self) -> int | None:
+        return self.checkpoint[0].version if self.checkpoint else None
+
+
+@dataclass
+class LogListing:
+    """What one listing of ``_delta_log`` found, by version."""
+
+    commits: dict[int, CommitFile] = field(default_factory=dict)
+    checkpoints: dict[int, list[CheckpointFile]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, files: list[FileInfo]) -> "LogListing":
+        listing = cls()
+        for f in files:
+            name = f.name
+            v = parse_commit_version(name)
+            if v is not None:
+                listing.commits[v] = CommitFile(v, f.path, f.modification_time)
+                continue
+            cp = parse_checkpoint(f.path, f.size)
+            if cp is not None:
+                listing.checkpoints.setdefault(cp.version, []).append(cp)
+        return listing
+
+    def complete_checkpoint(self, version: int) -> list[CheckpointFile] | None:
+        """The files of a complete checkpoint at ``version``, preferring V2, then classic, then multi-part."""
+        files = self.checkpoints.get(version, [])
+        v2 = sorted((f for f in files if f.v2_format), key=lambda f: f.path)
+        if v2:
+            return [v2[0]]
+        classic = [f for f in files if f.num_parts == 1 and not f.v2_format]
+        if classic:
+            return classic[:1]
+        by_parts: dict[int, dict[int, CheckpointFile]] = {}
+        for f in files:
+            if f.num_parts > 1:
+                by_parts.setdefault(f.num_parts, {})[f.part] = f
+        for n, parts in sorted(by_parts.items()):
+            if len(parts) == n:
+                return [parts[i] for i in range(1, n + 1)]
+        return None
+
+    def latest_version(self) -> int | None:
+        versions = list(self.commits) + [v for v in self.checkpoints if self.complete_checkpoint(v)]
+        return max(versions) if versions else None
+
+
+def list_log(store: LogStore, start_version: int = 0) -> LogListing:
+    return LogListing.of(store.list_from(LOG_DIR, version_prefix(start_version) if start_version else ""))
+
+
+def build_segment(store: LogStore, version: int | None = None) -> LogSegment:
+    """The segment for ``version`` (the latest when None)."""
+    hint = read_hint(store)
+    listing = None
+    if hint is not None and (version is None or version >= hint.version):
+        listing = list_log(store, hint.version)
+        if listing.complete_checkpoint(hint.version) is None and not listing.checkpoints:
+            listing = None  # the hint points at nothing usable: fall back to a full listing
+    if listing is None:
+        listing = list_log(store)
+    return segment_from_listing(store, listing, version)
+
+
+def segment_from_listing(store: LogStore, listing: LogListing, version: int | None) -> LogSegment:
+    latest = listing.latest_version()
+    if latest is None:
+        raise TableNotFoundError(f"no Delta table at {store.root_uri}: {LOG_DIR}/ has no commits", uri=store.root_uri)
+    if version is None:
+        version = latest
+    elif version > latest:
+        raise VersionNotFoundError(f"version {version} of {store.root_uri} does not exist; latest is {latest}", version=version)
+    elif version < 0:
+        raise VersionNotFoundError(f"version must be >= 0, got {version}", version=version)
+
+    checkpoint: list[CheckpointFile] = []
+    for cp_version in sorted(listing.checkpoints, reverse=True):
+        if cp_version <= version:
+            found = listing.complete_checkpoint(cp_version)
+            if found:
+                checkpoint = found
+                break
+    start = checkpoint[0].version + 1 if checkpoint else 0
+    commits = []
+    for v in range(start, version + 1):
+        commit = listing.commits.get(v)
+        if commit is None:
+            if v == 0 or (not checkpoint and v == start):
+                earliest = min(listing.commits) if listing.commits else None
+                raise VersionNotFoundError(
+                    f"cannot reconstruct version {version} of {store.root_uri}: no checkpoint at or below it and "
+                    f"the log starts at version {earliest}",
+                    version=version,
+                )
+            raise VersionGapError(
+                f"{store.root_uri}/{LOG_DIR}: commit {version_prefix(v)}.json is missing between "
+                f"{'checkpoint ' + str(start - 1) if checkpoint else 'version 0'} and version {version}",
+                path=f"{LOG_DIR}/{version_prefix(v)}.json",
+                version=v,
+            )
+        commits.append(commit)
+    if not checkpoint and not commits:
+        raise LogCorruptError(f"no commits or checkpoint for version {version} of {store.root_uri}", version=version)
+    return LogSegment(version, checkpoint, commits)

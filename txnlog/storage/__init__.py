@@ -1,0 +1,70 @@
+"""Storage: pick the LogStore for a table URI.
+
+| scheme | store | put-if-absent |
+| --- | --- | --- |
+| path, ``file://`` | LocalLogStore | temp file + hard link |
+| ``memory://`` | MemoryLogStore | process-wide lock |
+| ``s3://``, ``s3a://`` | S3LogStore | conditional PUT ``If-None-Match: *`` |
+| ``az://``, ``abfs://``, ``abfss://`` | AzureLogStore | ``If-None-Match: *`` |
+| ``gs://``, ``gcs://`` | GcsLogStore | ``ifGenerationMatch=0`` |
+| anything else fsspec knows | FsspecLogStore | none: reads only, commits refused |
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+from urllib.parse import unquote, urlparse
+
+from txnlog.storage.base import FileInfo, LogStore
+from txnlog.storage.local import LocalLogStore
+
+__all__ = ["FileInfo", "LogStore", "LocalLogStore", "open_store", "normalize_uri"]
+
+
+def normalize_uri(uri: str | os.PathLike[str]) -> str:
+    """A table URI with no trailing slash; local paths become absolute ``file://`` URIs."""
+    text = os.fspath(uri)
+    scheme = urlparse(text).scheme
+    if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
+        path = unquote(urlparse(text).path) if scheme == "file" else text
+        return "file://" + os.path.abspath(os.path.expanduser(path))
+    return text.rstrip("/")
+
+
+def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> LogStore:
+    """The LogStore rooted at the table ``uri``."""
+    root_uri = normalize_uri(uri)
+    options = dict(storage_options or {})
+    parsed = urlparse(root_uri)
+    scheme = parsed.scheme
+    if scheme == "file":
+        return LocalLogStore(root_uri, unquote(parsed.path), fsync=_as_bool(options.get("fsync", False)))
+    if scheme == "memory":
+        from txnlog.storage.memory import MemoryLogStore
+
+        return MemoryLogStore(root_uri, "/" + (parsed.netloc + parsed.path).strip("/"))
+    if scheme in ("s3", "s3a"):
+        from txnlog.storage.s3 import S3LogStore
+
+        return S3LogStore(root_uri, options)
+    if scheme in ("az", "abfs", "abfss", "adl"):
+        from txnlog.storage.azure import AzureLogStore
+
+        return AzureLogStore(root_uri, options)
+    if scheme in ("gs", "gcs"):
+        from txnlog.storage.gcs import GcsLogStore
+
+        return GcsLogStore(root_uri, options)
+    import fsspec
+
+    from txnlog.storage.fsspec_store import FsspecLogStore
+
+    fs, path = fsspec.core.url_to_fs(root_uri, **options)
+    return FsspecLogStore(root_uri, fs, path)
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)

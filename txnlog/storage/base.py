@@ -1,0 +1,116 @@
+"""The LogStore contract: the only layer that touches bytes on a filesystem.
+
+Paths passed to a store are relative to the table root and use ``/``. A store lists, reads,
+writes put-if-absent, overwrites (for hints and checkpoints) and deletes.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+import pyarrow.fs as pafs
+
+from txnlog.errors import ObjectNotFoundError, PutIfAbsentUnsupportedError
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """One listed object: ``path`` relative to the table root, ``size`` in bytes,
+    ``modification_time`` in milliseconds since the epoch."""
+
+    path: str
+    size: int
+    modification_time: int
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+class LogStore(abc.ABC):
+    """Storage for one table root."""
+
+    #: Whether :meth:`put_if_absent` is atomic. Stores without it refuse to commit.
+    supports_put_if_absent: bool = False
+
+    def __init__(self, root_uri: str) -> None:
+        self.root_uri = root_uri.rstrip("/")
+
+    # -- reading --------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def read(self, path: str) -> bytes:
+        """Whole object; raises ObjectNotFoundError when absent."""
+
+    def read_many(self, paths: list[str]) -> list[bytes]:
+        """Several whole objects, in order; remote stores fetch them concurrently."""
+        if len(paths) <= 1:
+            return [self.read(p) for p in paths]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(16, len(paths))) as pool:
+            return list(pool.map(self.read, paths))
+
+    @abc.abstractmethod
+    def list_from(self, directory: str, start_name: str = "") -> list[FileInfo]:
+        """Objects directly inside ``directory`` whose name sorts >= ``start_name``, sorted by name.
+
+        An absent directory lists as empty.
+        """
+
+    @abc.abstractmethod
+    def info(self, path: str) -> FileInfo:
+        """Size and modification time; raises ObjectNotFoundError when absent."""
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.info(path)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    @abc.abstractmethod
+    def walk_files(self, directory: str = "") -> Iterator[FileInfo]:
+        """Every object below ``directory``, recursively, in no particular order."""
+
+    # -- writing --------------------------------------------------------------------------
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        """Create ``path`` with ``data`` only if it does not exist, atomically.
+
+        Raises FileAlreadyExistsError if it exists, AmbiguousWriteError if the outcome is
+        unknown, and PutIfAbsentUnsupportedError on stores that cannot do it atomically.
+        """
+        raise PutIfAbsentUnsupportedError(
+            f"{type(self).__name__} at {self.root_uri} has no atomic put-if-absent; refusing to write "
+            f"{path} because a concurrent writer could silently overwrite it",
+            path=path,
+        )
+
+    @abc.abstractmethod
+    def put(self, path: str, data: bytes) -> None:
+        """Create or replace ``path`` (for hints like ``_last_checkpoint`` and for data files)."""
+
+    @abc.abstractmethod
+    def delete(self, path: str) -> None:
+        """Delete ``path``; an absent object is not an error (deletes must be safe to re-run)."""
+
+    # -- bulk I/O through Arrow -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow filesystem and the root path inside it, for Parquet reads and writes."""
+
+    def arrow_path(self, path: str) -> str:
+        fs_root = self.arrow_filesystem()[1]
+        return f"{fs_root}/{path}" if fs_root else path
+
+    def open_input(self, path: str) -> BinaryIO:
+        fs, _ = self.arrow_filesystem()
+        return fs.open_input_file(self.arrow_path(path))  # type: ignore[return-value]
+
+    def uri_of(self, path: str) -> str:
+        """Absolute URI of a root-relative path."""
+        return f"{self.root_uri}/{path}"

@@ -1,0 +1,247 @@
+"""Table and Snapshot: the public read API.
+
+A Snapshot is a pure function of the log at one version. ``Table`` finds snapshots, walks
+history, and (in :mod:`txnlog.txn`) starts transactions.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+import pyarrow as pa
+
+from txnlog import properties as props
+from txnlog.errors import TxnLogError, VersionNotFoundError
+from txnlog.log.actions import CommitInfo, DomainMetadata, Metadata, Protocol
+from txnlog.log.features import check_readable
+from txnlog.log.filenames import LOG_DIR
+from txnlog.log.replay import Commit, TableState, advance, read_commits, replay
+from txnlog.log.segment import LogListing, build_segment, list_log
+from txnlog.storage import LogStore, open_store
+
+if TYPE_CHECKING:
+    from txnlog.predicates import FilePredicate
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    version: int
+    timestamp: int
+    commit_info: CommitInfo | None
+
+    def to_dict(self) -> dict[str, Any]:
+        from txnlog.log.codec import encode_action
+
+        body = encode_action(self.commit_info)["commitInfo"] if self.commit_info else {}
+        return {**body, "version": self.version, "timestamp": self.timestamp}
+
+
+class Snapshot:
+    """The state of a table at one version."""
+
+    def __init__(self, table: "Table", state: TableState) -> None:
+        self.table = table
+        self._state = state
+        check_readable(state.protocol, f"table {table.uri} at version {state.version}")
+
+    def __repr__(self) -> str:
+        return f"Snapshot({self.table.uri!r}, version={self.version}, files={self.num_files})"
+
+    @property
+    def version(self) -> int:
+        return self._state.version
+
+    @property
+    def protocol(self) -> Protocol:
+        return self._state.protocol
+
+    @property
+    def metadata(self) -> Metadata:
+        return self._state.metadata
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._state.metadata.schema
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return self._state.metadata.partition_columns
+
+    @property
+    def configuration(self) -> Mapping[str, str]:
+        return self._state.metadata.configuration
+
+    def table_property(self, prop: "props.TableProperty[Any]") -> Any:
+        """A typed table property, e.g. ``snap.table_property(txnlog.properties.CHECKPOINT_INTERVAL)``."""
+        return prop.get(self._state.metadata.configuration)
+
+    @property
+    def num_files(self) -> int:
+        return self._state.files.num_rows
+
+    def files(self, predicate: "str | FilePredicate | None" = None) -> pa.Table:
+        """One row per live file (the columns of ``txnlog.log.file_actions.FILES_SCHEMA``).
+
+        With a SQL ``predicate``, only files that may hold matching rows, judged by partition
+        values and min/max stats.
+        """
+        files = self._state.files
+        if predicate is None:
+            return files
+        return self.predicate(predicate).filter(files)
+
+    def predicate(self, predicate: "str | FilePredicate") -> "FilePredicate":
+        from txnlog.predicates import FilePredicate
+
+        if isinstance(predicate, FilePredicate):
+            return predicate
+        return FilePredicate(predicate, self.schema, self.partition_columns)
+
+    def tombstones(self) -> pa.Table:
+        """Removed files not live again (the columns of ``TOMBSTONES_SCHEMA``), for vacuum."""
+        return self._state.tombstones()
+
+    def app_transaction_version(self, app_id: str) -> int | None:
+        txn = self._state.app_transactions.get(app_id)
+        return txn.version if txn else None
+
+    @property
+    def app_transactions(self) -> Mapping[str, Any]:
+        return dict(self._state.app_transactions)
+
+    def domain_metadata(self, domain: str) -> str | None:
+        d = self._state.domains.get(domain)
+        return d.configuration if d else None
+
+    @property
+    def domains(self) -> Mapping[str, DomainMetadata]:
+        return dict(self._state.domains)
+
+    def update(self) -> "Snapshot":
+        """This snapshot brought up to the latest version, reading only the commits after it."""
+        listing = list_log(self.table.store, self.version + 1)
+        newer = sorted(v for v in listing.commits if v > self.version)
+        if not newer:
+            return self
+        if newer != list(range(self.version + 1, newer[-1] + 1)):
+            return self.table.snapshot()  # the commits we need were cleaned up: rebuild
+        commits = read_commits(self.table.store, [listing.commits[v] for v in newer])
+        return Snapshot(self.table, advance(self._state, commits, f"{self.table.uri} version {newer[-1]}"))
+
+
+def _to_millis(ts: int | float | str | _dt.datetime | _dt.date) -> int:
+    if isinstance(ts, _dt.datetime):
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=_dt.timezone.utc)
+        return int(ts.timestamp() * 1000)
+    if isinstance(ts, _dt.date):
+        return _to_millis(_dt.datetime(ts.year, ts.month, ts.day, tzinfo=_dt.timezone.utc))
+    if isinstance(ts, str):
+        return _to_millis(_dt.datetime.fromisoformat(ts.replace("Z", "+00:00")))
+    return int(ts)
+
+
+class Table:
+    """A Delta table at ``uri`` (a path or a ``file://``, ``memory://``, ``s3://``, ``az://``,
+    ``gs://`` URI)."""
+
+    def __init__(self, uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> None:
+        self.store: LogStore = open_store(uri, storage_options)
+        self.storage_options = dict(storage_options or {})
+
+    @property
+    def uri(self) -> str:
+        return self.store.root_uri
+
+    def __repr__(self) -> str:
+        return f"Table({self.uri!r})"
+
+    def exists(self) -> bool:
+        return LogListing.of(self.store.list_from(LOG_DIR)).latest_version() is not None
+
+    def latest_version(self) -> int:
+        return build_segment(self.store).version
+
+    def snapshot(
+        self, version: int | None = None, timestamp: int | float | str | _dt.datetime | None = None
+    ) -> Snapshot:
+        """The table at ``version``, or as of ``timestamp`` (ms since the epoch, ISO string or
+        datetime; the last commit at or before it), or the latest."""
+        if version is not None and timestamp is not None:
+            raise TxnLogError("pass version or timestamp, not both")
+        if timestamp is not None:
+            version = self.version_at(timestamp)
+        segment = build_segment(self.store, version)
+        return Snapshot(self, replay(self.store, segment))
+
+    # -- history and time -------------------------------------------------------------------
+
+    def _commit_timestamps(self, listing: LogListing) -> list[tuple[int, int]]:
+        """(version, commit time) for every commit still in the log, oldest first.
+
+        Uses in-commit timestamps from the version they were enabled at; file modification
+        times before, made monotonic as Delta does.
+        """
+        versions = sorted(listing.commits)
+        commits: dict[int, Commit] = {}
+
+        def has_ict(v: int) -> bool:
+            if v not in commits:
+                commits[v] = read_commits(self.store, [listing.commits[v]])[0]
+            info = commits[v].commit_info()
+            return info is not None and info.in_commit_timestamp is not None
+
+        # In-commit timestamps, once enabled, are on every later commit: find where they start.
+        ict_from = len(versions)
+        if versions and has_ict(versions[-1]):
+            lo, hi = 0, len(versions) - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if has_ict(versions[mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            ict_from = lo
+            missing = [listing.commits[v] for v in versions[ict_from:] if v not in commits]
+            commits.update({c.version: c for c in read_commits(self.store, missing)})
+        ict_commits = {v: commits[v] for v in versions[ict_from:]}
+        out: list[tuple[int, int]] = []
+        previous = None
+        for v in versions:
+            ts = ict_commits[v].timestamp if v in ict_commits else listing.commits[v].modification_time
+            if previous is not None and ts <= previous and v not in ict_commits:
+                ts = previous + 1
+            out.append((v, ts))
+            previous = ts
+        return out
+
+    def version_at(self, timestamp: int | float | str | _dt.datetime) -> int:
+        """The last version committed at or before ``timestamp``."""
+        ts = _to_millis(timestamp)
+        listing = list_log(self.store)
+        stamps = self._commit_timestamps(listing)
+        if not stamps:
+            raise VersionNotFoundError(f"{self.uri} has no commits")
+        candidates = [v for v, t in stamps if t <= ts]
+        if not candidates:
+            raise VersionNotFoundError(
+                f"{self.uri}: timestamp {ts} is before the earliest commit still in the log "
+                f"(version {stamps[0][0]} at {stamps[0][1]})"
+            )
+        return candidates[-1]
+
+    def history(self, limit: int | None = None) -> list[HistoryEntry]:
+        """The commitInfo of each version still in the log, newest first."""
+        listing = list_log(self.store)
+        stamps = self._commit_timestamps(listing)
+        if limit is not None:
+            stamps = stamps[-limit:] if limit > 0 else []
+        stamps.reverse()
+        commits = {c.version: c for c in read_commits(self.store, [listing.commits[v] for v, _ in stamps])}
+        return [HistoryEntry(v, t, commits[v].commit_info()) for v, t in stamps]
+
+
+__all__ = ["HistoryEntry", "Snapshot", "Table"]
