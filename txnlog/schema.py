@@ -136,3 +136,38 @@ def delta_field_metadata(field: pa.Field) -> dict[str, Any]:
     if field.metadata and FIELD_METADATA_KEY in field.metadata:
         return orjson.loads(field.metadata[FIELD_METADATA_KEY])
     return {}
+
+
+def assign_column_mapping(schema_string: str, start_id: int = 0) -> tuple[str, int]:
+    """Give every field without one a column mapping id and a physical name.
+
+    Returns the new schemaString and the highest id used (``delta.columnMapping.maxColumnId``).
+    """
+    import uuid
+
+    next_id = start_id
+
+    def visit_type(t: Any) -> Any:
+        if isinstance(t, dict):
+            if t.get("type") == "struct":
+                return {**t, "fields": [visit_field(f) for f in t["fields"]]}
+            if t.get("type") == "array":
+                return {**t, "elementType": visit_type(t["elementType"])}
+            if t.get("type") == "map":
+                return {**t, "keyType": visit_type(t["keyType"]), "valueType": visit_type(t["valueType"])}
+        return t
+
+    def visit_field(f: dict[str, Any]) -> dict[str, Any]:
+        nonlocal next_id
+        meta = dict(f.get("metadata") or {})
+        if "delta.columnMapping.id" not in meta:
+            next_id += 1
+            meta["delta.columnMapping.id"] = next_id
+            meta["delta.columnMapping.physicalName"] = f"col-{uuid.uuid4()}"
+        else:
+            next_id = max(next_id, int(meta["delta.columnMapping.id"]))
+        return {**f, "type": visit_type(f["type"]), "metadata": meta}
+
+    obj = orjson.loads(schema_string)
+    out = visit_type(obj)
+    return orjson.dumps(out).decode(), next_id

@@ -9,12 +9,12 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pyarrow as pa
 
 from txnlog import properties as props
-from txnlog.errors import TxnLogError, VersionNotFoundError
+from txnlog.errors import TableAlreadyExistsError, TxnLogError, VersionNotFoundError
 from txnlog.log.actions import CommitInfo, DomainMetadata, Metadata, Protocol
 from txnlog.log.features import check_readable
 from txnlog.log.filenames import LOG_DIR
@@ -24,6 +24,8 @@ from txnlog.storage import LogStore, open_store
 
 if TYPE_CHECKING:
     from txnlog.predicates import FilePredicate
+    from txnlog.txn.isolation import IsolationLevel
+    from txnlog.txn.transaction import CommitResult, OptimisticTransaction
 
 
 @dataclass(frozen=True)
@@ -94,11 +96,11 @@ class Snapshot:
         return self.predicate(predicate).filter(files)
 
     def predicate(self, predicate: "str | FilePredicate") -> "FilePredicate":
-        from txnlog.predicates import FilePredicate
+        from txnlog.predicates import FilePredicate, physical_names
 
         if isinstance(predicate, FilePredicate):
             return predicate
-        return FilePredicate(predicate, self.schema, self.partition_columns)
+        return FilePredicate(predicate, self.schema, self.partition_columns, physical_names(self.schema, self.configuration))
 
     def tombstones(self) -> pa.Table:
         """Removed files not live again (the columns of ``TOMBSTONES_SCHEMA``), for vacuum."""
@@ -127,7 +129,9 @@ class Snapshot:
         if not newer:
             return self
         if newer != list(range(self.version + 1, newer[-1] + 1)):
-            return self.table.snapshot()  # the commits we need were cleaned up: rebuild
+            # The commits we need were cleaned up: rebuild from the log, not via table.snapshot(),
+            # whose cache of the latest snapshot would call back into this update.
+            return Snapshot(self.table, replay(self.table.store, build_segment(self.table.store)))
         commits = read_commits(self.table.store, [listing.commits[v] for v in newer])
         return Snapshot(self.table, advance(self._state, commits, f"{self.table.uri} version {newer[-1]}"))
 
@@ -149,8 +153,13 @@ class Table:
     ``gs://`` URI)."""
 
     def __init__(self, uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> None:
+        from txnlog.txn.hooks import default_hooks
+
         self.store: LogStore = open_store(uri, storage_options)
         self.storage_options = dict(storage_options or {})
+        #: Post-commit hooks of transactions on this table (a copy of ``txnlog.txn.hooks.default_hooks``).
+        self.hooks = default_hooks.copy()
+        self._latest: Snapshot | None = None
 
     @property
     def uri(self) -> str:
@@ -174,8 +183,99 @@ class Table:
             raise TxnLogError("pass version or timestamp, not both")
         if timestamp is not None:
             version = self.version_at(timestamp)
-        segment = build_segment(self.store, version)
-        return Snapshot(self, replay(self.store, segment))
+        if version is None and self._latest is not None:
+            # Same answer as a full replay: only the commits after the cached version are read.
+            self._latest = self._latest.update()
+            return self._latest
+        snapshot = Snapshot(self, replay(self.store, build_segment(self.store, version)))
+        if version is None:
+            self._latest = snapshot
+        return snapshot
+
+    # -- writing ----------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        uri: str | os.PathLike[str],
+        schema: pa.Schema | str,
+        partition_by: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+        *,
+        mode: str = "error",
+        name: str | None = None,
+        description: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> "Table":
+        """Create a table at ``uri`` with a pyarrow or Delta JSON ``schema``.
+
+        ``mode``: "error" (the default) raises TableAlreadyExistsError if a table is there,
+        "ignore" returns the existing table, "overwrite" replaces its schema and removes its files.
+        Protocol (1, 2) unless a property needs more (see docs/concurrency.md and features).
+        """
+        from txnlog.txn.transaction import OptimisticTransaction
+
+        table = cls(uri, storage_options)
+        params = {"partitionBy": list(partition_by), "properties": dict(properties or {})}
+        if mode not in ("error", "ignore", "overwrite"):
+            raise TxnLogError(f"mode must be 'error', 'ignore' or 'overwrite', got {mode!r}")
+        if table.exists():
+            if mode == "error":
+                raise TableAlreadyExistsError(f"a Delta table already exists at {table.uri}", uri=table.uri)
+            if mode == "ignore":
+                return table
+            txn = table.transaction("CREATE OR REPLACE TABLE", operation_parameters=params)
+            txn.remove_files(txn.read_whole_table())
+        else:
+            txn = OptimisticTransaction(table, None, operation="CREATE TABLE", operation_parameters=params)
+        txn.update_metadata(
+            schema=schema,
+            partition_columns=tuple(partition_by),
+            configuration=dict(properties or {}),
+            name=name,
+            description=description,
+        )
+        txn.commit()
+        return table
+
+    def transaction(
+        self,
+        operation: str = "WRITE",
+        isolation: "IsolationLevel | str | None" = None,
+        *,
+        operation_parameters: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> "OptimisticTransaction":
+        """A transaction reading the latest snapshot; use it as a context manager."""
+        from txnlog.txn.transaction import OptimisticTransaction
+
+        return OptimisticTransaction(
+            self, self.snapshot(), operation=operation, isolation=isolation, operation_parameters=operation_parameters, **options
+        )
+
+    def append(
+        self,
+        data: pa.Table | pa.RecordBatchReader,
+        *,
+        app_id: str | None = None,
+        app_version: int | None = None,
+    ) -> "CommitResult | None":
+        """Write ``data`` as new Parquet files and commit them as a blind append.
+
+        With ``app_id`` and ``app_version`` the append is idempotent: it is skipped (returning
+        None) when that app has already committed ``app_version`` or later.
+        """
+        with self.transaction("WRITE", operation_parameters={"mode": "Append"}) as txn:
+            if app_id is not None:
+                if app_version is None:
+                    raise TxnLogError("app_version is required with app_id")
+                done = txn.app_transaction_version(app_id)
+                if done is not None and done >= app_version:
+                    txn.abort()
+                    return None
+                txn.set_app_transaction(app_id, app_version)
+            txn.write(data)
+        return txn.result
 
     # -- history and time -------------------------------------------------------------------
 

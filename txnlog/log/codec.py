@@ -347,6 +347,11 @@ def encode_action(action: Action) -> dict[str, Any]:
     raise TypeError(f"not a Delta action: {action!r}")
 
 
+def dump_lines(objects: Iterable[Mapping[str, Any]]) -> bytes:
+    """Newline-delimited JSON of already-encoded actions."""
+    return b"\n".join(orjson.dumps(o) for o in objects) + b"\n"
+
+
 def encode_commit(actions: Iterable[Action]) -> bytes:
     """Newline-delimited JSON for a commit file."""
-    return b"\n".join(orjson.dumps(encode_action(a)) for a in actions) + b"\n"
+    return dump_lines(encode_action(a) for a in actions)

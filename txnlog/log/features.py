@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from txnlog.errors import UnsupportedFeatureError
 from txnlog.log.actions import Protocol
 
@@ -46,3 +48,161 @@ def check_readable(protocol: Protocol, where: str) -> None:
                 features=unknown,
                 version=3,
             )
+
+
+# Writer features this library honours when it commits. Legacy writer versions imply the
+# features of their era: 2 appendOnly+invariants, 3 checkConstraints, 4 changeDataFeed+
+# generatedColumns, 5 columnMapping, 6 identityColumns.
+WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "checkConstraints",
+        "changeDataFeed",
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "domainMetadata",
+        "v2Checkpoint",
+        "inCommitTimestamp",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        "variantType",
+        "variantType-preview",
+        "clustering",
+    }
+)
+# Features whose rules only bite when the schema uses them (a generation expression, an
+# identity column): listed but unused, they ask nothing of a writer.
+_WRITER_FEATURES_IF_UNUSED = frozenset({"generatedColumns", "identityColumns"})
+_LEGACY_WRITER_FEATURES = {
+    2: ("appendOnly", "invariants"),
+    3: ("checkConstraints",),
+    4: ("changeDataFeed", "generatedColumns"),
+    5: ("columnMapping",),
+    6: ("identityColumns",),
+}
+
+
+def writer_features(protocol: Protocol) -> frozenset[str]:
+    """The writer features in force, whether listed (v7) or implied by a legacy version."""
+    if protocol.min_writer_version >= 7:
+        return frozenset(protocol.writer_features or ())
+    implied: set[str] = set()
+    for version, names in _LEGACY_WRITER_FEATURES.items():
+        if protocol.min_writer_version >= version:
+            implied.update(names)
+    return frozenset(implied)
+
+
+def features_in_use(schema_string: str) -> set[str]:
+    """Schema-level features a table actually uses: generated and identity columns."""
+    used = set()
+    if "delta.generationExpression" in schema_string:
+        used.add("generatedColumns")
+    if "delta.identity.start" in schema_string:
+        used.add("identityColumns")
+    return used
+
+
+def check_writable(protocol: Protocol, schema_string: str, where: str) -> None:
+    """Refuse to commit to a table whose writer version or features this library does not implement."""
+    check_readable(protocol, where)
+    if protocol.min_writer_version > MAX_WRITER_VERSION:
+        raise UnsupportedFeatureError(
+            f"{where} needs writer version {protocol.min_writer_version}; txnlog writes up to {MAX_WRITER_VERSION}",
+            version=protocol.min_writer_version,
+        )
+    active = writer_features(protocol)
+    used = features_in_use(schema_string)
+    unsupported = {f for f in active if f not in WRITER_FEATURES and (f not in _WRITER_FEATURES_IF_UNUSED or f in used)}
+    if unsupported:
+        names = tuple(sorted(unsupported))
+        raise UnsupportedFeatureError(
+            f"{where} needs writer features {list(names)} that txnlog cannot honour; refusing to commit",
+            features=names,
+            version=protocol.min_writer_version,
+        )
+
+
+PROTOCOL_PROPERTY_PREFIXES = ("delta.feature.", "delta.minReaderVersion", "delta.minWriterVersion")
+
+
+def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protocol:
+    """The lowest protocol that supports what a new table's properties and schema ask for.
+
+    (1, 2) unless a property or a column type needs more; a table that needs any table feature
+    moves to (3, 7) or (1, 7) and lists every feature explicitly, legacy ones included.
+    """
+    reader: set[str] = set()
+    writer: set[str] = {"appendOnly", "invariants"}
+    legacy_writer = 2
+    legacy_reader = 1
+    conf = dict(configuration)
+
+    def flag(key: str) -> bool:
+        return str(conf.get(key, "false")).strip().lower() == "true"
+
+    if any(k.startswith("delta.constraints.") for k in conf):
+        writer.add("checkConstraints")
+        legacy_writer = max(legacy_writer, 3)
+    if flag("delta.enableChangeDataFeed"):
+        writer.add("changeDataFeed")
+        legacy_writer = max(legacy_writer, 4)
+    if conf.get("delta.columnMapping.mode", "none") in ("name", "id"):
+        reader.add("columnMapping")
+        writer.add("columnMapping")
+        legacy_writer, legacy_reader = max(legacy_writer, 5), 2
+    needs_features = False
+    if flag("delta.enableDeletionVectors"):
+        reader.add("deletionVectors")
+        writer.add("deletionVectors")
+        needs_features = True
+    if flag("delta.enableInCommitTimestamps"):
+        writer.add("inCommitTimestamp")
+        needs_features = True
+    if conf.get("delta.checkpointPolicy") == "v2":
+        reader.add("v2Checkpoint")
+        writer.add("v2Checkpoint")
+        needs_features = True
+    if '"timestamp_ntz"' in schema_string:
+        reader.add("timestampNtz")
+        writer.add("timestampNtz")
+        needs_features = True
+    for key, value in conf.items():
+        if key.startswith("delta.feature.") and value.strip().lower() in ("supported", "enabled"):
+            name = key[len("delta.feature.") :]
+            writer.add(name)
+            if name in READER_FEATURES:
+                reader.add(name)
+            needs_features = True
+    if not needs_features:
+        legacy_reader = max(legacy_reader, int(conf.get("delta.minReaderVersion", 1)))
+        legacy_writer = max(legacy_writer, int(conf.get("delta.minWriterVersion", 2)))
+        if legacy_reader > 2 or legacy_writer > 6:
+            raise UnsupportedFeatureError(
+                "delta.minReaderVersion 3 / delta.minWriterVersion 7 need table features: set delta.feature.<name>"
+            )
+        return Protocol(legacy_reader, legacy_writer)
+    if reader:
+        return Protocol(3, 7, tuple(sorted(reader)), tuple(sorted(writer)))
+    return Protocol(1, 7, None, tuple(sorted(writer)))
+
+
+def merge_protocols(current: Protocol, required: Protocol) -> Protocol:
+    """The smallest protocol that satisfies both (an upgrade never drops a feature)."""
+    if current.min_writer_version < 7 and required.min_writer_version < 7 and max(
+        current.min_reader_version, required.min_reader_version
+    ) < 3:
+        return Protocol(
+            max(current.min_reader_version, required.min_reader_version),
+            max(current.min_writer_version, required.min_writer_version),
+        )
+    writer = writer_features(current) | writer_features(required)
+    reader = set(current.reader_features or ()) | set(required.reader_features or ())
+    if max(current.min_reader_version, required.min_reader_version) == 2:
+        reader.add("columnMapping")
+    if reader:
+        return Protocol(3, 7, tuple(sorted(reader)), tuple(sorted(writer)))
+    return Protocol(max(current.min_reader_version, required.min_reader_version), 7, None, tuple(sorted(writer)))

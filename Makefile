@@ -1,0 +1,33 @@
+# Two entry points, each doing all set-up on a fresh machine (Debian, Python 3.11, Java 17):
+#   make run   - the main job: the Spark pipeline in spark_jobs/ on local Spark and a local table
+#   make test  - the test suite (soak tests excluded; `make soak` runs them)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test soak bench docs clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev,spark,s3]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) spark_jobs/pipeline.py --table out/events
+
+test: $(STAMP)
+	$(PY) -m pytest -m "not soak" -q -p no:cacheprovider
+
+soak: $(STAMP)
+	$(PY) -m pytest -m soak -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+docs: $(STAMP)
+	$(PY) -m txnlog.properties > docs/properties.md
+
+clean:
+	rm -rf $(VENV) out .pytest_cache
