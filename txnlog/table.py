@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+from urllib.parse import unquote
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -95,6 +96,10 @@ class Snapshot:
             return files
         return self.predicate(predicate).filter(files)
 
+    def file_uris(self, predicate: "str | FilePredicate | None" = None) -> list[str]:
+        """Absolute URIs of the live data files (``add.path`` is URI-encoded and may be relative)."""
+        return [self.table.data_file_uri(p) for p in self.files(predicate).column("path").to_pylist()]
+
     def predicate(self, predicate: "str | FilePredicate") -> "FilePredicate":
         from txnlog.predicates import FilePredicate, physical_names
 
@@ -167,6 +172,12 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self.uri!r})"
+
+    def data_file_uri(self, path: str) -> str:
+        """The absolute URI of a data file named by an add or remove action."""
+        if "://" in path:
+            return path
+        return self.store.uri_of(unquote(path))
 
     def exists(self) -> bool:
         return LogListing.of(self.store.list_from(LOG_DIR)).latest_version() is not None
