@@ -72,9 +72,10 @@ def _read_file_struct(pf: pq.ParquetFile, column: str, children: list[str], part
     try:
         table = pf.read(columns=[f"{column}.{c}" for c in children])
         struct = table.column(column)
-        if kind == "add" and "stats" in children and "stats_parsed" not in children:
-            stats = struct.combine_chunks().field("stats")
-            if stats.null_count == len(stats) and _present_children(pf, "add", ("stats_parsed",)):
+        # With writeStatsAsJson=false the 'stats' string is null or absent: fall back to stats_parsed.
+        if kind == "add" and "stats_parsed" not in children and _present_children(pf, "add", ("stats_parsed",)):
+            stats = struct.combine_chunks().field("stats") if "stats" in children else None
+            if stats is None or stats.null_count:
                 return _read_file_struct(pf, column, children + ["stats_parsed"], part)
         return struct_to_table(struct, kind)
     except (OSError, pa.ArrowException) as e:
@@ -107,6 +108,8 @@ def _read_parquet_part(
     if "add" in names and "path" not in add_children:
         raise _fail(part, "its 'add' column has no 'path' field")
     adds = _read_file_struct(pf, "add", add_children, part)
+    if adds.column("path").null_count:
+        raise _fail(part, "an 'add' row has no path")
     remove_children = _present_children(pf, "remove", REMOVE_LOG_FIELD_NAMES)
 
     def tombstones() -> pa.Table:
@@ -134,8 +137,11 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointD
             except StorageError as e:
                 raise _fail(part, str(e)) from e
             raw = codec.parse_lines(data, path=part.path, version=version)
-            add_bodies = [o["add"] for o in raw if isinstance(o.get("add"), dict)]
-            remove_bodies = [o["remove"] for o in raw if isinstance(o.get("remove"), dict)]
+            add_bodies = [o["add"] for o in raw if "add" in o]
+            remove_bodies = [o["remove"] for o in raw if "remove" in o]
+            for kind, bodies in (("add", add_bodies), ("remove", remove_bodies)):
+                if not all(isinstance(b, dict) and isinstance(b.get("path"), str) for b in bodies):
+                    raise _fail(part, f"one '{kind}' action is not an object with a path")
             for obj in raw:
                 for kind, body in obj.items():
                     if kind not in ("add", "remove"):
@@ -157,7 +163,12 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointD
     sidecars = [a for a in non_file if isinstance(a, Sidecar)]
     for sidecar in sidecars:
         sidecar_part = CheckpointFile(_sidecar_path(sidecar), version)
-        _nf, sidecar_adds, loader = _read_parquet_part(store, sidecar_part.path, sidecar_part)
+        try:
+            _nf, sidecar_adds, loader = _read_parquet_part(store, sidecar_part.path, sidecar_part)
+        except CorruptCheckpointError as e:
+            raise CorruptCheckpointError(
+                f"sidecar of checkpoint {parts[0].path}: {e}", path=sidecar_part.path, version=version
+            ) from e
         adds.append(sidecar_adds)
         tombstone_loaders.append(loader)
 

@@ -7,6 +7,9 @@ A file list is an Arrow table, never a Python object per file on the hot path. T
 
 from __future__ import annotations
 
+import datetime as _dt
+import decimal
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 import orjson
@@ -86,16 +89,45 @@ def _dv_column(child: pa.Array) -> pa.Array:
     return pa.StructArray.from_arrays(arrays, names=DV_TYPE.names, mask=child.is_null())
 
 
+def _utc_timestamps(t: pa.DataType) -> pa.DataType:
+    """``t`` with every timestamp as UTC microseconds. A naive one here is either timestampNtz
+    (rendered as UTC wall time, which keeps its value) or legacy INT96, which Spark writes in UTC."""
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC")
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_utc_timestamps(f.type)) for f in t])
+    return t
+
+
+_DECIMAL_MARK = "\x00decimal:"
+_DECIMAL_QUOTED = re.compile(r'"\\u0000decimal:([-+0-9.Ee]+)"')
+
+
+def _json_value(v: Any) -> Any:
+    """A stats_parsed value as Delta writes it in JSON stats; None means "no statistic"."""
+    if isinstance(v, dict):
+        out = {k: j for k, x in v.items() if (j := _json_value(x)) is not None}
+        return out or None
+    if isinstance(v, decimal.Decimal):
+        return f"{_DECIMAL_MARK}{v}"  # made a bare JSON number below; orjson has no Decimal
+    if isinstance(v, _dt.datetime):
+        text = v.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+        return (text[:-3] if text.endswith("000") else text) + "Z"
+    return v
+
+
 def _stats_from_parsed(stats: pa.Array, parsed: pa.Array) -> pa.Array:
-    """Fill null ``stats`` strings from ``stats_parsed`` (checkpoints written with writeStatsAsJson=false)."""
+    """Fill null ``stats`` strings from ``stats_parsed`` (checkpoints written with
+    writeStatsAsJson=false), in the JSON form Delta writes: absent statistics left out, decimals
+    as numbers, timestamps as ISO-8601 UTC."""
     missing = pc.and_(pc.is_null(stats), pc.is_valid(parsed))
     if not pc.any(missing).as_py():
         return stats
-    values = stats.to_pylist()
-    for i, row in enumerate(parsed.to_pylist()):
-        if values[i] is None and row is not None:
-            values[i] = orjson.dumps(row, default=str).decode()
-    return pa.array(values, pa.string())
+    # Only the rows that need it become Python objects.
+    rows = pc.indices_nonzero(missing)
+    parsed = parsed.take(rows).cast(_utc_timestamps(parsed.type), safe=False)
+    filled = [_DECIMAL_QUOTED.sub(r"\1", orjson.dumps(_json_value(row) or {}).decode()) for row in parsed.to_pylist()]
+    return pc.replace_with_mask(stats.cast(pa.string()), missing, pa.array(filled, pa.string()))
 
 
 def struct_to_table(struct: pa.Array | pa.ChunkedArray, kind: str) -> pa.Table:

@@ -92,7 +92,32 @@ class TableState:
         # Keep the last occurrence of each key: parts are in log order.
         idx = pa.table({"k": keys, "i": pa.array(range(len(keys)), pa.int64())})
         last = idx.group_by("k", use_threads=False).aggregate([("i", "max")]).column("i_max")
-        return removes.take(pc.sort_indices(last))
+        return removes.take(pc.take(last, pc.sort_indices(last)))  # the row positions, in log order
+
+
+# Fields the protocol requires that columnar conversion would otherwise turn into nulls.
+_REQUIRED_FILE_FIELDS = {"add": ("path", "size"), "remove": ("path",)}
+_REQUIRED_DV_FIELDS = ("storageType", "pathOrInlineDv", "sizeInBytes", "cardinality")
+
+
+def _check_file_action(kind: str, body: Any, commit: Commit) -> None:
+    if not isinstance(body, dict):
+        raise LogCorruptError(
+            f"{commit.path}: '{kind}' action is not an object (version {commit.version})",
+            path=commit.path,
+            version=commit.version,
+        )
+    dv = body.get("deletionVector")
+    missing = [name for name in _REQUIRED_FILE_FIELDS[kind] if body.get(name) is None]
+    if dv is not None:
+        # The DV is part of the file's key, so a partial one would silently make a new file.
+        missing += [f"deletionVector.{n}" for n in _REQUIRED_DV_FIELDS if not isinstance(dv, dict) or dv.get(n) is None]
+    if missing:
+        raise LogCorruptError(
+            f"{commit.path}: '{kind}' action lacks required field '{missing[0]}' (version {commit.version})",
+            path=commit.path,
+            version=commit.version,
+        )
 
 
 def _missing(what: str, segment_desc: str, version: int) -> LogCorruptError:
@@ -122,6 +147,8 @@ def apply_commits(
         for obj in commit.actions:
             for kind, body in obj.items():
                 try:
+                    if kind in _REQUIRED_FILE_FIELDS:
+                        _check_file_action(kind, body, commit)
                     if kind == "add":
                         key = key_of(body)
                         live[key] = body

@@ -86,8 +86,9 @@ def build_segment(store: LogStore, version: int | None = None) -> LogSegment:
     listing = None
     if hint is not None and (version is None or version >= hint.version):
         listing = list_log(store, hint.version)
-        if listing.complete_checkpoint(hint.version) is None and not listing.checkpoints:
-            listing = None  # the hint points at nothing usable: fall back to a full listing
+        usable = (v for v in listing.checkpoints if version is None or v <= version)
+        if not any(listing.complete_checkpoint(v) for v in usable):
+            listing = None  # nothing complete from the hint on (missing, or parts lost): list it all
     if listing is None:
         listing = list_log(store)
     return segment_from_listing(store, listing, version)

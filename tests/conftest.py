@@ -1,0 +1,122 @@
+"""Shared fixtures: the conformance corpus and scratch table locations."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import orjson
+import pytest
+
+from txnlog.log.actions import Action, AddFile, Metadata, Protocol
+from txnlog.log.codec import encode_action
+from txnlog.log.filenames import commit_path
+from txnlog.storage import LogStore, open_store
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _conformance_root() -> Path | None:
+    """The corpus (``tables/`` and ``expected/``): $TXNLOG_CONFORMANCE_DIR, else ../shared/conformance."""
+    configured = os.environ.get("TXNLOG_CONFORMANCE_DIR")
+    root = Path(configured) if configured else REPO_ROOT.parent / "shared" / "conformance"
+    return root if (root / "tables").is_dir() and (root / "expected").is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def conformance_dir() -> Path:
+    """The conformance corpus; skips when absent, but fails under CI=true, where it must be there."""
+    root = _conformance_root()
+    if root is None:
+        where = os.environ.get("TXNLOG_CONFORMANCE_DIR") or str(REPO_ROOT.parent / "shared" / "conformance")
+        message = f"conformance corpus not found at {where} (set TXNLOG_CONFORMANCE_DIR)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return root
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests taking ``conformance_case`` get one case per item of their module's
+    ``conformance_cases(root)``; without a corpus, one placeholder that skips or fails through
+    the ``conformance_dir`` fixture."""
+    if "conformance_case" not in metafunc.fixturenames:
+        return
+    root = _conformance_root()
+    cases: list[Any] = (
+        list(metafunc.module.conformance_cases(root, metafunc.function.__name__))
+        if root is not None
+        else [pytest.param(None, id="corpus-missing")]
+    )
+    metafunc.parametrize("conformance_case", cases)
+
+
+@pytest.fixture
+def tmp_table_uri(tmp_path: Path) -> str:
+    """A local path for a new table (nothing is created there)."""
+    return str(tmp_path / f"table-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def memory_table_uri() -> str:
+    """A fresh ``memory://`` table root, unique per test."""
+    return f"memory://txnlog-tests/{uuid.uuid4().hex}"
+
+
+# A two-column schema for hand-written logs.
+SCHEMA_STRING = orjson.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "part", "type": "string", "nullable": True, "metadata": {}},
+        ],
+    }
+).decode()
+
+
+class LogWriter:
+    """Writes hand-made commits into a table's ``_delta_log`` with the store's put-if-absent."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.store: LogStore = open_store(uri)
+
+    def commit(self, version: int, *actions: Action | Mapping[str, Any] | bytes) -> None:
+        """One commit file: each item is an action, a raw ``{kind: body}`` object, or a raw line."""
+        lines = [
+            a if isinstance(a, bytes) else orjson.dumps(a if isinstance(a, Mapping) else encode_action(a))
+            for a in actions
+        ]
+        self.store.put_if_absent(commit_path(version), b"\n".join(lines) + b"\n")
+
+    def create(
+        self,
+        *extra: Action | Mapping[str, Any],
+        partition_columns: tuple[str, ...] = (),
+        configuration: Mapping[str, str] | None = None,
+        protocol: Protocol = Protocol(1, 2),
+    ) -> None:
+        """Version 0: protocol, metaData, then ``extra``."""
+        metadata = Metadata(
+            id="00000000-0000-0000-0000-000000000001",
+            schema_string=SCHEMA_STRING,
+            partition_columns=partition_columns,
+            configuration=dict(configuration or {}),
+            created_time=1_700_000_000_000,
+        )
+        self.commit(0, protocol, metadata, *extra)
+
+    @staticmethod
+    def add(path: str, *, size: int = 100, num_records: int | None = None, **kwargs: Any) -> AddFile:
+        stats = orjson.dumps({"numRecords": num_records}).decode() if num_records is not None else None
+        return AddFile(path=path, partition_values=kwargs.pop("partition_values", {}), size=size,
+                       modification_time=1_700_000_000_000, stats=stats, **kwargs)
+
+
+@pytest.fixture
+def log_writer(tmp_table_uri: str) -> Callable[..., LogWriter]:
+    """``log_writer()`` writes to a fresh local table, ``log_writer(uri)`` to ``uri``."""
+    return lambda uri=None: LogWriter(uri or tmp_table_uri)
