@@ -1,0 +1,678 @@
+"""Writing data files: Arrow rows in, Parquet files in the table's layout out, one AddFile each.
+
+For every input batch, streaming (a RecordBatchReader is never concatenated):
+
+1. **Conform** it to the table schema: columns matched by name (case-insensitively), types cast
+   safely to the table's Arrow types, missing nullable columns filled with nulls. Anything else
+   is a :class:`~txnlog.errors.SchemaError` naming the field.
+2. **Split** it by partition values: one sort, then zero-copy slices of equal-key runs.
+3. **Append** each run to the open file of its partition. A file is closed once its estimated
+   size reaches the target; the estimate is the bytes already on disk plus the Arrow size of
+   the buffered rows scaled by the Parquet/Arrow size ratio seen so far in this write.
+4. **Close**: size from the output stream, stats collected batch by batch (:mod:`.stats`).
+
+Layout (Delta convention): partition columns are not stored in the files; files live in
+Hive-style directories ``col=value/`` escaped as Spark's ``escapePathName`` does, and
+``add.path`` is that relative path URI-encoded once more (a directory ``x=A%2FA`` is logged as
+``x=A%252FA``). Under column mapping, files carry physical column names and Parquet field ids,
+partition values and stats are keyed by physical names, and files go to random two-character
+directories as delta-spark does, so that no logical name is baked into a path.
+
+If writing fails, every file this call wrote is deleted before the error propagates.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import random
+import string
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Iterator, Mapping, Sequence
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from txnlog.errors import SchemaError, StorageError, TxnLogError
+from txnlog.log.actions import AddFile
+from txnlog.properties import COLUMN_MAPPING_MODE, TARGET_FILE_SIZE
+from txnlog.schema import delta_field_metadata
+from txnlog.storage.base import LogStore
+from txnlog.write.stats import PHYSICAL_NAME_KEY, StatsCollector, physical_name_map, stats_columns
+
+logger = logging.getLogger(__name__)
+
+HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+FIELD_ID_KEY = b"PARQUET:field_id"
+COLUMN_ID_KEY = "delta.columnMapping.id"
+
+# Rows of one file buffered before they become a row group (Arrow bytes).
+_ROW_GROUP_BYTES = 64 * 1024 * 1024
+# Buffered rows over all open files before the largest buffers are flushed early.
+_MAX_BUFFERED_BYTES = 256 * 1024 * 1024
+# Open files (one per partition being written) before the least recently used is closed.
+_MAX_OPEN_FILES = 512
+# Buffered slices smaller than this on average are concatenated before encoding.
+_SMALL_CHUNK_ROWS = 16 * 1024
+
+# Spark's ExternalCatalogUtils.charToEscape (non-Windows), plus NUL which no filesystem allows.
+_HIVE_ESCAPE = frozenset([chr(c) for c in range(0x00, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
+# Characters java.net.URI leaves as they are in a path (Hadoop's Path.toUri); the rest is
+# percent-encoded, non-ASCII as UTF-8 bytes.
+_URI_SAFE = "/-_.~!$&'()*+,;=:@"
+
+
+def write_data_files(
+    store: LogStore,
+    data: pa.Table | pa.RecordBatchReader,
+    *,
+    table_schema: pa.Schema,
+    partition_columns: Sequence[str],
+    configuration: Mapping[str, str],
+    target_file_size: int | None = None,
+    data_change: bool = True,
+    file_prefix: str = "part",
+) -> list[AddFile]:
+    """Write ``data`` as Parquet data files under ``store``'s root; one AddFile per file.
+
+    The files are not part of the table until a commit adds them. ``target_file_size``
+    defaults to the table's ``delta.targetFileSize``.
+    """
+    target = target_file_size if target_file_size is not None else TARGET_FILE_SIZE.get(configuration)
+    if target <= 0:
+        raise TxnLogError(f"target_file_size must be positive, got {target}")
+    reader = _as_reader(data)
+    layout = _Layout(table_schema, partition_columns, configuration)
+    plan = _plan(reader.schema, table_schema)
+    files = _FileSet(store, layout, target, data_change, file_prefix)
+    try:
+        for batch in reader:
+            if not batch.num_rows:
+                continue
+            conformed = _conform_batch(batch, plan, table_schema)
+            for key, values, rows in _partition_runs(conformed, layout):
+                files.write(key, values, rows)
+        return files.finish()
+    except BaseException:
+        files.abort()
+        raise
+
+
+def _as_reader(data: Any) -> pa.RecordBatchReader:
+    if isinstance(data, pa.RecordBatchReader):
+        return data
+    if isinstance(data, pa.Table):
+        return pa.RecordBatchReader.from_batches(data.schema, data.to_batches())
+    if isinstance(data, pa.RecordBatch):
+        return pa.RecordBatchReader.from_batches(data.schema, [data])
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.RecordBatchReader.from_stream(data)
+    raise TxnLogError(f"write_data_files takes a pyarrow Table or RecordBatchReader, got {type(data).__name__}")
+
+
+# --- 1. conform to the table schema -------------------------------------------------------------
+
+
+def _find(fields: Sequence[pa.Field], name: str) -> int | None:
+    """Index of the field called ``name``: exact match first, else the one case-insensitive match."""
+    for i, f in enumerate(fields):
+        if f.name == name:
+            return i
+    matches = [i for i, f in enumerate(fields) if f.name.lower() == name.lower()]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _check_names(source: Sequence[pa.Field], target: Sequence[pa.Field], where: str) -> list[int | None]:
+    """For each target field, the index of the source field feeding it (None: absent)."""
+    seen: dict[str, str] = {}
+    for f in source:
+        if f.name.lower() in seen:
+            path = f"{where}.{f.name}" if where else f.name
+            raise SchemaError(f"data has two columns '{seen[f.name.lower()]}' and '{f.name}' that differ only in case", field=path)
+        seen[f.name.lower()] = f.name
+    target_names = {f.name.lower() for f in target}
+    for f in source:
+        if f.name.lower() not in target_names:
+            path = f"{where}.{f.name}" if where else f.name
+            raise SchemaError(f"column '{path}' of the data is not in the table schema", field=path)
+    out: list[int | None] = []
+    for f in target:
+        index = _find(source, f.name)
+        path = f"{where}.{f.name}" if where else f.name
+        if index is None and not f.nullable:
+            raise SchemaError(f"non-nullable column '{path}' is missing from the data", field=path)
+        out.append(index)
+    return out
+
+
+def _plan(data_schema: pa.Schema, table_schema: pa.Schema) -> list[int | None]:
+    """Check the data's schema against the table's once, before any row is written."""
+    sources = _check_names(list(data_schema), list(table_schema), "")
+    for target, index in zip(table_schema, sources):
+        if index is not None:
+            _check_type(data_schema.field(index).type, target.type, target.name)
+    return sources
+
+
+def _check_type(src: pa.DataType, dst: pa.DataType, path: str) -> None:
+    """Raise SchemaError unless values of ``src`` can be cast safely to ``dst``."""
+    if pa.types.is_dictionary(src):
+        src = src.value_type
+    if src == dst or pa.types.is_null(src):
+        return
+    t = pa.types
+    ok = False
+    if t.is_integer(dst):
+        ok = t.is_integer(src)
+    elif t.is_floating(dst):
+        ok = t.is_integer(src) or t.is_floating(src)
+    elif t.is_decimal(dst):
+        ok = t.is_decimal(src) or t.is_integer(src)
+    elif t.is_string(dst):
+        ok = t.is_string(src) or t.is_large_string(src) or t.is_string_view(src)
+    elif t.is_binary(dst):
+        ok = t.is_binary(src) or t.is_large_binary(src) or t.is_binary_view(src) or t.is_fixed_size_binary(src)
+    elif t.is_date(dst):
+        ok = t.is_date(src)
+    elif t.is_timestamp(dst):
+        if t.is_timestamp(src) and (src.tz is None) != (dst.tz is None):
+            kind = "timestamp (UTC-adjusted)" if dst.tz is not None else "timestamp_ntz (no time zone)"
+            have = f"time zone '{src.tz}'" if src.tz is not None else "no time zone"
+            raise SchemaError(f"column '{path}' is {kind} but the data has {have}", field=path)
+        ok = t.is_timestamp(src)
+    elif t.is_struct(dst):
+        if t.is_struct(src):
+            sources = _check_names(list(src), list(dst), path)
+            for child, index in zip(dst, sources):
+                if index is not None:
+                    _check_type(src.field(index).type, child.type, f"{path}.{child.name}")
+            return
+    elif t.is_map(dst):
+        if t.is_map(src):
+            _check_type(src.key_type, dst.key_type, f"{path}.key")
+            _check_type(src.item_type, dst.item_type, f"{path}.value")
+            return
+    elif t.is_list(dst):
+        if t.is_list(src) or t.is_large_list(src) or t.is_fixed_size_list(src):
+            _check_type(src.value_type, dst.value_type, f"{path}.element")
+            return
+    else:
+        ok = t.is_boolean(dst) and t.is_boolean(src)
+    if not ok:
+        raise SchemaError(f"column '{path}' has type {dst} in the table; data of type {src} cannot be written to it", field=path)
+
+
+def _conform_batch(batch: pa.RecordBatch, sources: list[int | None], table_schema: pa.Schema) -> pa.RecordBatch:
+    arrays = []
+    for target, index in zip(table_schema, sources):
+        if index is None:
+            arrays.append(_null_array(batch.num_rows, target.type))
+            continue
+        array = _conform(batch.column(index), target.type, target.name)
+        if not target.nullable and array.null_count:
+            raise SchemaError(f"non-nullable column '{target.name}' has {array.null_count} null values", field=target.name)
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, schema=table_schema)
+
+
+def _conform(array: pa.Array, dst: pa.DataType, path: str) -> pa.Array:
+    """``array`` as the type ``dst`` (already checked by :func:`_check_type`). Nested values are
+    rebuilt from their (zero-copy) children, which checks their nullability on the way."""
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if pa.types.is_null(array.type):
+        return _null_array(len(array), dst)
+    if pa.types.is_struct(dst):
+        return _conform_struct(array, dst, path)
+    if pa.types.is_map(dst):
+        offsets, entries = _list_parts(array)
+        keys = _conform(entries.field(0), dst.key_type, f"{path}.key")
+        items = _conform(entries.field(1), dst.item_type, f"{path}.value")
+        if not dst.item_field.nullable and items.null_count:
+            raise SchemaError(f"map values of '{path}' are non-nullable but the data has nulls", field=f"{path}.value")
+        return pa.MapArray.from_arrays(offsets, keys, items, type=dst, mask=_mask(array))
+    if pa.types.is_list(dst):
+        if pa.types.is_fixed_size_list(array.type):
+            array = array.cast(pa.list_(array.type.value_field))
+        offsets, values = _list_parts(array)
+        values = _conform(values, dst.value_type, f"{path}.element")
+        if not dst.value_field.nullable and values.null_count:
+            raise SchemaError(f"elements of '{path}' are non-nullable but the data has nulls", field=f"{path}.element")
+        return pa.ListArray.from_arrays(offsets, values, type=dst, mask=_mask(array))
+    if array.type == dst:
+        return array
+    try:
+        return array.cast(dst, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise SchemaError(f"values of column '{path}' cannot be cast safely from {array.type} to {dst}: {e}", field=path) from None
+
+
+def _mask(array: pa.Array) -> pa.Array | None:
+    return array.is_null() if array.null_count else None
+
+
+def _list_parts(array: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """int32 offsets starting at 0 and the values they index, for a (possibly sliced) list or map."""
+    offsets = array.offsets
+    start, end = offsets[0].as_py(), offsets[-1].as_py()
+    values = array.values.slice(start, end - start)
+    rebased = pc.subtract(offsets, pa.scalar(start, offsets.type))
+    if rebased.type != pa.int32():
+        try:
+            rebased = rebased.cast(pa.int32())
+        except pa.ArrowInvalid:
+            raise SchemaError("a list column holds more than 2^31 values in one batch; write smaller batches") from None
+    return rebased, values
+
+
+def _conform_struct(array: pa.Array, dst: pa.StructType, path: str) -> pa.Array:
+    src: pa.StructType = array.type
+    parent_valid = pc.is_valid(array)
+    children = []
+    for child in dst:
+        index = _find(list(src), child.name)
+        child_path = f"{path}.{child.name}"
+        if index is None:
+            values = _null_array(len(array), child.type)
+        else:
+            # The child's own values (sliced like the parent); the parent's nulls come back below.
+            values = _conform(array.field(index), child.type, child_path)
+        if not child.nullable and values.null_count:
+            _require_no_nulls(values, parent_valid, child_path)
+            # Null only under null parents, which Parquet's writer still refuses: fill those slots.
+            values = pc.if_else(pc.is_valid(values), values, _placeholder(len(values), child.type))
+        children.append(values)
+    return pa.StructArray.from_arrays(children, fields=list(dst), mask=_mask(array))
+
+
+def _require_no_nulls(values: pa.Array, parent_valid: pa.Array, path: str) -> None:
+    """A non-nullable struct field may be null only where its parent struct is null."""
+    bad = pc.sum(pc.and_(pc.is_null(values), parent_valid)).as_py() or 0
+    if bad:
+        raise SchemaError(f"non-nullable column '{path}' has {bad} null values", field=path)
+
+
+def _null_array(n: int, t: pa.DataType) -> pa.Array:
+    """``n`` nulls of type ``t``; a struct's non-nullable fields get placeholders, not nulls."""
+    if not pa.types.is_struct(t) or not n:
+        return pa.nulls(n, t)
+    children = [_null_array(n, f.type) if f.nullable else _placeholder(n, f.type) for f in t]
+    return pa.StructArray.from_arrays(children, fields=list(t), mask=pa.repeat(pa.scalar(True), n))
+
+
+def _placeholder(n: int, t: pa.DataType) -> pa.Array:
+    """``n`` non-null values of type ``t`` (zero, empty) for slots hidden by a null parent."""
+    if pa.types.is_struct(t):
+        children = [_placeholder(n, f.type) if not f.nullable else _null_array(n, f.type) for f in t]
+        return pa.StructArray.from_arrays(children, fields=list(t))
+    if pa.types.is_list(t) or pa.types.is_map(t):
+        offsets = pa.repeat(pa.scalar(0, pa.int32()), n + 1)
+        if pa.types.is_map(t):
+            return pa.MapArray.from_arrays(offsets, pa.array([], t.key_type), pa.array([], t.item_type), type=t)
+        return pa.ListArray.from_arrays(offsets, pa.array([], t.value_type), type=t)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        zero = pa.scalar("", t)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        zero = pa.scalar(b"", t)
+    elif pa.types.is_decimal(t):
+        zero = pa.scalar(Decimal(0), t)
+    elif pa.types.is_date(t):
+        zero = pa.scalar(0, pa.int32()).cast(pa.date32()).cast(t)
+    elif pa.types.is_boolean(t):
+        zero = pa.scalar(False)
+    else:  # numbers and timestamps
+        zero = pa.scalar(0, pa.int64()).cast(t)
+    return pa.repeat(zero, n)
+
+
+# --- table layout --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PartitionColumn:
+    name: str  # logical name, as in the table schema
+    key: str  # name in partitionValues: the physical name under column mapping
+
+
+class _Layout:
+    """What a write needs to know about the table, derived once from its metadata."""
+
+    def __init__(self, table_schema: pa.Schema, partition_columns: Sequence[str], configuration: Mapping[str, str]) -> None:
+        self.mapped = COLUMN_MAPPING_MODE.get(configuration) != "none"
+        self.partitions: list[_PartitionColumn] = []
+        for name in partition_columns:
+            index = _find(list(table_schema), name)
+            if index is None:
+                raise SchemaError(f"partition column '{name}' is not in the table schema", field=name)
+            field = table_schema.field(index)
+            if pa.types.is_nested(field.type):
+                raise SchemaError(f"partition column '{name}' has nested type {field.type}", field=name)
+            self.partitions.append(_PartitionColumn(field.name, _physical_name(field) if self.mapped else field.name))
+        partition_names = {p.name for p in self.partitions}
+        data_fields = [f for f in table_schema if f.name not in partition_names]
+        if not data_fields:
+            raise SchemaError("every column of the table is a partition column; data files need at least one other", field=None)
+        self.data_names = [f.name for f in data_fields]
+        self.file_fields = [_file_field(f, self.mapped) for f in data_fields]
+        self.file_schema = pa.schema(self.file_fields)
+        self.stats_columns = stats_columns(table_schema, configuration, [p.name for p in self.partitions])
+        self.physical_names = physical_name_map(table_schema) if self.mapped else None
+        self.table_schema = table_schema
+
+    def file_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The columns stored in the data file: partition columns dropped, names made physical."""
+        arrays = []
+        for name, field in zip(self.data_names, self.file_fields):
+            array = batch.column(name)
+            arrays.append(array if array.type == field.type else array.view(field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.file_schema)
+
+
+def _physical_name(field: pa.Field) -> str:
+    physical = delta_field_metadata(field).get(PHYSICAL_NAME_KEY)
+    if not physical:
+        raise SchemaError(f"column '{field.name}' has no {PHYSICAL_NAME_KEY} but the table uses column mapping", field=field.name)
+    return str(physical)
+
+
+def _file_field(field: pa.Field, mapped: bool) -> pa.Field:
+    """The field as stored in Parquet: Delta metadata dropped; under column mapping, the physical
+    name and the column id as the Parquet field id, at every struct level."""
+    name, metadata = field.name, None
+    if mapped:
+        name = _physical_name(field)
+        column_id = delta_field_metadata(field).get(COLUMN_ID_KEY)
+        if column_id is not None:
+            metadata = {FIELD_ID_KEY: str(int(column_id)).encode()}
+    return pa.field(name, _file_type(field.type, mapped), field.nullable, metadata=metadata)
+
+
+def _file_type(t: pa.DataType, mapped: bool) -> pa.DataType:
+    if pa.types.is_struct(t):
+        return pa.struct([_file_field(child, mapped) for child in t])
+    if pa.types.is_list(t):
+        item = t.value_field
+        return pa.list_(pa.field(item.name, _file_type(item.type, mapped), item.nullable))
+    if pa.types.is_map(t):
+        key, item = t.key_field, t.item_field
+        return pa.map_(
+            pa.field(key.name, _file_type(key.type, mapped), False),
+            pa.field(item.name, _file_type(item.type, mapped), item.nullable),
+        )
+    return t
+
+
+# --- 2. split by partition values ----------------------------------------------------------------
+
+
+def _partition_runs(
+    batch: pa.RecordBatch, layout: _Layout
+) -> Iterator[tuple[tuple[str | None, ...], tuple[tuple[str | None, str], ...], pa.RecordBatch]]:
+    """(key, per-column (partitionValues text, directory text), rows) for each partition in ``batch``."""
+    if not layout.partitions:
+        yield (), (), batch
+        return
+    names = [p.name for p in layout.partitions]
+    # Any order with equal keys adjacent will do; the sort is stable, so rows keep input order.
+    order = pc.sort_indices(batch.select(names), sort_keys=[(n, "ascending") for n in names])
+    rows = batch.take(order)
+    n = rows.num_rows
+    changed: pa.Array | None = None
+    for name in names:
+        column = rows.column(name)
+        later, earlier = column.slice(1), column.slice(0, n - 1)
+        differs = pc.or_(
+            pc.fill_null(pc.not_equal(later, earlier), False),
+            pc.not_equal(pc.is_null(later), pc.is_null(earlier)),
+        )
+        if pa.types.is_floating(column.type):  # NaN != NaN, yet all NaN rows share a partition
+            both_nan = pc.fill_null(pc.and_(pc.is_nan(later), pc.is_nan(earlier)), False)
+            differs = pc.and_(differs, pc.invert(both_nan))
+        changed = differs if changed is None else pc.or_(changed, differs)
+    assert changed is not None
+    starts = [0] + [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
+    ends = starts[1:] + [n]
+    first_rows = pa.array(starts, pa.int64())
+    texts = [partition_value_texts(rows.column(p.name).take(first_rows)) for p in layout.partitions]
+    for run, (start, end) in enumerate(zip(starts, ends)):
+        values = tuple(column[run] for column in texts)
+        yield tuple(v[0] for v in values), values, rows.slice(start, end - start)
+
+
+def partition_value_texts(values: pa.Array) -> list[tuple[str | None, str]]:
+    """For each value: its ``partitionValues`` string (None for null) and its directory text.
+
+    Serialized as PROTOCOL.md "Partition Value Serialization" says: numbers as decimal text,
+    dates ``YYYY-MM-DD``, booleans ``true``/``false``. ``timestamp`` values are written as
+    ISO-8601 UTC (``1970-01-01T00:00:00.000000Z``, the form the protocol recommends and
+    delta-spark writes by default); ``timestamp_ntz`` as ``1970-01-01 00:00:00.000000``.
+    An empty string is null, as the protocol says.
+    """
+    t = values.type
+    if pa.types.is_dictionary(t):
+        values, t = values.dictionary_decode(), t.value_type
+    if pa.types.is_timestamp(t):
+        micros = values.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64()).to_pylist()
+        out: list[tuple[str | None, str]] = []
+        for us in micros:
+            if us is None:
+                out.append((None, HIVE_DEFAULT_PARTITION))
+                continue
+            try:
+                moment = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=us)
+            except OverflowError:
+                raise SchemaError(f"partition value {us} µs since the epoch is outside years 1 to 9999") from None
+            wall = moment.isoformat(sep=" ", timespec="microseconds")
+            out.append((wall.replace(" ", "T") + "Z" if t.tz is not None else wall, wall))
+        return out
+    if pa.types.is_date(t):
+        texts = [d.isoformat() if d is not None else None for d in values.cast(pa.date32()).to_pylist()]
+    elif pa.types.is_boolean(t):
+        texts = [None if v is None else ("true" if v else "false") for v in values.to_pylist()]
+    elif pa.types.is_floating(t):
+        # Arrow prints the shortest text that round-trips the value at its own width.
+        raw = values.cast(pa.string()).to_pylist()
+        texts = [_JAVA_SPECIAL.get(v, v) if v is not None else None for v in raw]
+    elif pa.types.is_decimal(t):
+        texts = [format(v, "f") if isinstance(v, Decimal) else None for v in values.to_pylist()]
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        texts = [v.decode("latin-1") if v is not None else None for v in values.to_pylist()]  # one char per byte
+    else:
+        texts = [None if v is None else str(v) for v in values.to_pylist()]
+    return [(None, HIVE_DEFAULT_PARTITION) if not text else (text, text) for text in texts]
+
+
+_JAVA_SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def escape_path_name(text: str) -> str:
+    """Hive/Spark escaping of a partition directory name component."""
+    if not any(ch in _HIVE_ESCAPE for ch in text):
+        return text
+    return "".join(f"%{ord(ch):02X}" if ch in _HIVE_ESCAPE else ch for ch in text)
+
+
+def encode_log_path(path: str) -> str:
+    """A relative storage path as ``add.path``: URI-encoded (``%`` becomes ``%25``)."""
+    return quote(path, safe=_URI_SAFE)
+
+
+# --- 3. files --------------------------------------------------------------------------------------
+
+
+class _OpenFile:
+    """One data file being written: its Parquet writer, buffered rows and running stats."""
+
+    def __init__(self, store: LogStore, layout: _Layout, path: str, partition_values: dict[str, str | None]) -> None:
+        self.path = path
+        self.partition_values = partition_values
+        self.layout = layout
+        self.stats = StatsCollector(layout.table_schema, layout.stats_columns, physical_names=layout.physical_names)
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_bytes = 0
+        self.counted_disk = 0  # bytes of this file already in the write's size ratio
+        fs, _ = store.arrow_filesystem()
+        target = store.arrow_path(path)
+        try:
+            try:
+                self.sink = fs.open_output_stream(target)
+            except FileNotFoundError:
+                fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                self.sink = fs.open_output_stream(target)
+            self.writer = pq.ParquetWriter(self.sink, layout.file_schema, compression="snappy")
+        except OSError as e:
+            raise StorageError(f"cannot create data file {store.uri_of(path)}: {e}", path=path) from e
+
+    def append(self, rows: pa.RecordBatch) -> None:
+        self.stats.update(rows)
+        file_rows = self.layout.file_batch(rows)
+        self.pending.append(file_rows)
+        self.pending_bytes += file_rows.nbytes
+
+    def disk_bytes(self) -> int:
+        return int(self.sink.tell())
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        try:
+            table = pa.Table.from_batches(self.pending, schema=self.layout.file_schema)
+            if table.num_rows < _SMALL_CHUNK_ROWS * len(self.pending):
+                # Many small slices (one partition's share of each input batch) encode much
+                # faster once made contiguous.
+                table = table.combine_chunks()
+            self.writer.write_table(table)
+        except OSError as e:
+            raise StorageError(f"cannot write data file {self.path}: {e}", path=self.path) from e
+        self.pending, self.pending_bytes = [], 0
+
+    def close(self, data_change: bool) -> AddFile:
+        self.flush()
+        try:
+            self.writer.close()
+            size = self.disk_bytes()
+            self.sink.close()
+        except OSError as e:
+            raise StorageError(f"cannot finish data file {self.path}: {e}", path=self.path) from e
+        return AddFile(
+            path=encode_log_path(self.path),
+            partition_values=self.partition_values,
+            size=size,
+            modification_time=int(time.time() * 1000),
+            data_change=data_change,
+            stats=self.stats.to_json(),
+        )
+
+    def discard(self) -> None:
+        for closer in (self.writer.close, self.sink.close):
+            try:
+                closer()
+            except Exception:  # already failing; the file is deleted next
+                pass
+
+
+class _FileSet:
+    """The files of one write call, at most one open per partition."""
+
+    def __init__(self, store: LogStore, layout: _Layout, target: int, data_change: bool, prefix: str) -> None:
+        self.store = store
+        self.layout = layout
+        self.target = target
+        self.data_change = data_change
+        self.prefix = prefix
+        self.open: OrderedDict[tuple[str | None, ...], _OpenFile] = OrderedDict()
+        self.done: list[AddFile] = []
+        self.written: list[str] = []  # storage paths, for clean-up on failure
+        self.counter = 0
+        self.disk_total = 0
+        self.arrow_total = 0
+        self.buffered = 0
+
+    @property
+    def ratio(self) -> float:
+        """Parquet bytes per Arrow byte seen so far in this write (1.0 before any)."""
+        return self.disk_total / self.arrow_total if self.arrow_total else 1.0
+
+    def _estimate(self, f: _OpenFile) -> float:
+        return f.disk_bytes() + f.pending_bytes * self.ratio
+
+    def _new_path(self, values: tuple[tuple[str | None, str], ...]) -> str:
+        name = f"{self.prefix}-{self.counter:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        self.counter += 1
+        if not self.layout.partitions:
+            return name
+        if self.layout.mapped:
+            directory = "".join(random.choices(string.ascii_letters + string.digits, k=2))
+        else:
+            directory = "/".join(
+                f"{escape_path_name(p.name)}={escape_path_name(text)}" for p, (_, text) in zip(self.layout.partitions, values)
+            )
+        return f"{directory}/{name}"
+
+    def write(self, key: tuple[str | None, ...], values: tuple[tuple[str | None, str], ...], rows: pa.RecordBatch) -> None:
+        while rows.num_rows:
+            f = self.open.get(key)
+            if f is None:
+                path = self._new_path(values)
+                self.written.append(path)
+                partition_values = {p.key: value for p, (value, _) in zip(self.layout.partitions, values)}
+                f = self.open[key] = _OpenFile(self.store, self.layout, path, partition_values)
+            self.open.move_to_end(key)
+            room = self.target - self._estimate(f)
+            estimate = rows.nbytes * self.ratio
+            take = rows.num_rows if estimate <= room else max(1, int(rows.num_rows * room / estimate))
+            f.append(rows.slice(0, take) if take < rows.num_rows else rows)
+            rows = rows.slice(take)
+            if f.pending_bytes >= _ROW_GROUP_BYTES:
+                self._flush(f)
+            if self._estimate(f) >= self.target:
+                self._close(key)
+        self.buffered = sum(f.pending_bytes for f in self.open.values())
+        while self.buffered > _MAX_BUFFERED_BYTES:
+            biggest = max(self.open.values(), key=lambda f: f.pending_bytes)
+            self.buffered -= biggest.pending_bytes
+            self._flush(biggest)
+        while len(self.open) > _MAX_OPEN_FILES:
+            self._close(next(iter(self.open)))
+
+    def _flush(self, f: _OpenFile) -> None:
+        arrow = f.pending_bytes
+        f.flush()
+        self._count(f, arrow)
+
+    def _count(self, f: _OpenFile, arrow: int, size: int | None = None) -> None:
+        """Add what ``f`` wrote since last counted to the ratio's totals."""
+        disk = f.disk_bytes() if size is None else size
+        self.disk_total += disk - f.counted_disk
+        f.counted_disk = disk
+        self.arrow_total += arrow
+
+    def _close(self, key: tuple[str | None, ...]) -> None:
+        f = self.open.pop(key)
+        arrow = f.pending_bytes
+        add = f.close(self.data_change)
+        # The whole file counts, footer included, so later files land near the target.
+        self._count(f, arrow, add.size)
+        self.done.append(add)
+        logger.debug("wrote data file %s (%d bytes)", add.path, add.size)
+
+    def finish(self) -> list[AddFile]:
+        while self.open:
+            self._close(next(iter(self.open)))
+        return self.done
+
+    def abort(self) -> None:
+        for f in self.open.values():
+            f.discard()
+        self.open.clear()
+        for path in self.written:
+            try:
+                self.store.delete(path)
+            except TxnLogError as e:
+                logger.warning("could not delete data file %s of a failed write: %s", path, e)
