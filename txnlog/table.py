@@ -164,7 +164,9 @@ class Table:
         self.storage_options = dict(storage_options or {})
         #: Post-commit hooks of transactions on this table (a copy of ``txnlog.txn.hooks.default_hooks``).
         self.hooks = default_hooks.copy()
-        self._latest: Snapshot | None = None
+        # The latest state seen, not a Snapshot: a Snapshot refers to its Table, and a cycle
+        # would keep large file lists alive until the cyclic garbage collector runs.
+        self._latest_state: TableState | None = None
 
     @property
     def uri(self) -> str:
@@ -194,13 +196,13 @@ class Table:
             raise TxnLogError("pass version or timestamp, not both")
         if timestamp is not None:
             version = self.version_at(timestamp)
-        if version is None and self._latest is not None:
+        if version is None and self._latest_state is not None:
             # Same answer as a full replay: only the commits after the cached version are read.
-            self._latest = self._latest.update()
-            return self._latest
-        snapshot = Snapshot(self, replay(self.store, build_segment(self.store, version)))
+            snapshot = Snapshot(self, self._latest_state).update()
+        else:
+            snapshot = Snapshot(self, replay(self.store, build_segment(self.store, version)))
         if version is None:
-            self._latest = snapshot
+            self._latest_state = snapshot._state
         return snapshot
 
     # -- writing ----------------------------------------------------------------------------

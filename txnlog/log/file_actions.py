@@ -135,10 +135,13 @@ def struct_to_table(struct: pa.Array | pa.ChunkedArray, kind: str) -> pa.Table:
     fields = _ADD_FIELDS if kind == "add" else _REMOVE_FIELDS
     if isinstance(struct, pa.ChunkedArray):
         struct = struct.combine_chunks() if struct.num_chunks != 1 else struct.chunk(0)
+    runs = None
     if struct.null_count:
-        struct = struct.filter(struct.is_valid())
-    if isinstance(struct, pa.ChunkedArray):
-        struct = struct.combine_chunks()
+        # Checkpoints hold the other actions' rows too. Keep the add rows as zero-copy slices
+        # when they come in a few runs (the usual layout); copy them out otherwise.
+        runs = _valid_runs(struct.is_valid())
+        if runs is None:
+            struct = struct.filter(struct.is_valid())
     present = {f.name for f in struct.type}
     n = len(struct)
     columns = []
@@ -158,7 +161,25 @@ def struct_to_table(struct: pa.Array | pa.ChunkedArray, kind: str) -> pa.Table:
     if kind == "add" and "stats_parsed" in present:
         idx = schema.get_field_index("stats")
         table = table.set_column(idx, "stats", _stats_from_parsed(table.column("stats").combine_chunks(), struct.field("stats_parsed")))
+    if runs is not None:
+        table = concat((table.slice(start, length) for start, length in runs), schema)
     return table
+
+
+_MAX_RUNS = 64
+
+
+def _valid_runs(valid: pa.BooleanArray) -> list[tuple[int, int]] | None:
+    """(start, length) of each run of true values, or None when there are too many runs."""
+    idx = pc.indices_nonzero(valid)
+    if len(idx) == 0:
+        return []
+    gaps = pc.indices_nonzero(pc.not_equal(pc.subtract(idx[1:], idx[:-1]), 1)) if len(idx) > 1 else pa.array([], pa.uint64())
+    if len(gaps) >= _MAX_RUNS:
+        return None
+    starts = [idx[0].as_py()] + [idx[g.as_py() + 1].as_py() for g in gaps]
+    ends = [idx[g.as_py()].as_py() + 1 for g in gaps] + [idx[-1].as_py() + 1]
+    return [(a, b - a) for a, b in zip(starts, ends)]
 
 
 def table_from_log_dicts(bodies: Sequence[Mapping[str, Any]], kind: str) -> pa.Table:

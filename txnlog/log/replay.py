@@ -120,6 +120,9 @@ def _check_file_action(kind: str, body: Any, commit: Commit) -> None:
         )
 
 
+_MAX_CHUNKS = 16
+
+
 def _missing(what: str, segment_desc: str, version: int) -> LogCorruptError:
     return LogCorruptError(f"{segment_desc}: no {what} action found at or before version {version}", version=version)
 
@@ -193,6 +196,9 @@ def apply_commits(
         files = files.filter(keep)
     if live:
         files = concat([files, _file_table(commits, list(live.values()), "add")], FILES_SCHEMA)
+    if files.num_rows and files.column(0).num_chunks > _MAX_CHUNKS:
+        # Each incremental update adds a chunk; per-chunk overhead would grow without bound.
+        files = files.combine_chunks()
     parts = tombstone_parts
     if removes:
         remove_table = _file_table(commits, removes, "remove")

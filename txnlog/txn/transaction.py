@@ -575,6 +575,9 @@ class OptimisticTransaction:
             except Exception:
                 self._state = "failed"
                 raise
+            exhausted = clock.exhausted()
+            if not exhausted:
+                clock.backoff()  # wait before looking, so the version chosen next is fresh
             # 3. refresh and 4. validate against every commit that won since the last look.
             try:
                 new_winners = self._read_winners(version if not winners else winners[-1].version + 1)
@@ -599,7 +602,7 @@ class OptimisticTransaction:
                 break
             winners.extend(new_winners)
             version = (winners[-1].version if winners else version - 1) + 1
-            if clock.exhausted():
+            if exhausted:
                 self._state = "failed"
                 raise CommitFailedError(
                     f"gave up committing to {self.table.uri} after {clock.retries + 1} attempts in "
@@ -609,7 +612,6 @@ class OptimisticTransaction:
                     version=version,
                     orphan_files=self.orphan_files,
                 )
-            clock.backoff()
 
         self._state = "committed"
         failures = self._run_hooks(version, winners, committed, metadata)
