@@ -12,6 +12,19 @@ from typing import Any
 class TxnLogError(Exception):
     """Base of every error the library raises."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception pickles as cls(*args), which drops the keyword-only facts (and fails for
+        # the required ones, e.g. winning_version): rebuild from args and attributes instead,
+        # so an error raised in a worker process reaches its parent intact.
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild_error(cls: type[TxnLogError], args: tuple[Any, ...], state: dict[str, Any]) -> TxnLogError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 # --- storage ---------------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     parsed = urlparse(root_uri)
     scheme = parsed.scheme
     if scheme == "file":
-        return LocalLogStore(root_uri, unquote(parsed.path), fsync=_as_bool(options.get("fsync", False)))
+        return LocalLogStore(root_uri, unquote(parsed.path), fsync=as_bool(options.get("fsync", False)))
     if scheme == "memory":
         from txnlog.storage.memory import MemoryLogStore
 
@@ -64,7 +64,7 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     return FsspecLogStore(root_uri, fs, path)
 
 
-def _as_bool(value: Any) -> bool:
+def as_bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
     return bool(value)

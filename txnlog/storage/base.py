@@ -7,12 +7,14 @@ writes put-if-absent, overwrites (for hints and checkpoints) and deletes.
 from __future__ import annotations
 
 import abc
+import contextlib
+import uuid
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
 import pyarrow.fs as pafs
 
-from txnlog.errors import ObjectNotFoundError, PutIfAbsentUnsupportedError
+from txnlog.errors import ObjectNotFoundError, PutIfAbsentUnsupportedError, StorageError
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +99,43 @@ class LogStore(abc.ABC):
     def delete(self, path: str) -> None:
         """Delete ``path``; an absent object is not an error (deletes must be safe to re-run)."""
 
+    @contextlib.contextmanager
+    def open_atomic_output(self, path: str) -> Iterator[BinaryIO]:
+        """A stream for a large object (a checkpoint) that appears at ``path`` whole, when the block
+        exits without error, replacing any object there; an error leaves ``path`` untouched.
+
+        Here: a hidden temporary object next to ``path``, then a copy onto ``path`` (a
+        server-side copy, atomic on object stores) and the temporary object deleted.
+        """
+        directory, _, name = path.rpartition("/")
+        tmp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp" if directory else f".{name}.{uuid.uuid4().hex}.tmp"
+        fs, _ = self.arrow_filesystem()
+        try:
+            out = fs.open_output_stream(self.arrow_path(tmp))
+        except Exception as e:  # backends raise their SDK's errors too
+            raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+        try:
+            yield out  # type: ignore[misc]
+            try:
+                out.close()  # uploads happen here on object stores
+                fs.copy_file(self.arrow_path(tmp), self.arrow_path(path))
+            except Exception as e:
+                raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+        finally:
+            with contextlib.suppress(Exception):
+                out.close()
+            with contextlib.suppress(StorageError):
+                self.delete(tmp)
+
     # -- bulk I/O through Arrow -------------------------------------------------------------
 
     @abc.abstractmethod
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
-        """A pyarrow filesystem and the root path inside it, for Parquet reads and writes."""
+        """A pyarrow filesystem and the root path inside it, for Parquet reads and writes.
+
+        Writers create the parent directory first (``fs.create_dir(parent, recursive=True)``):
+        a local filesystem needs it, and on object stores it writes nothing.
+        """
 
     def arrow_path(self, path: str) -> str:
         fs_root = self.arrow_filesystem()[1]

@@ -5,16 +5,103 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-from typing import Any, Iterator
+import importlib
+import inspect
+import logging
+import random
+import time
+from types import ModuleType
+from typing import Any, Callable, Iterator, Literal, Mapping, cast
 
 import fsspec
 import pyarrow.fs as pafs
 
-from txnlog.errors import ObjectNotFoundError, StorageError, TxnLogError
+from txnlog.errors import (
+    AmbiguousWriteError,
+    FileAlreadyExistsError,
+    ObjectNotFoundError,
+    StorageError,
+    TxnLogError,
+)
 from txnlog.storage.base import FileInfo, LogStore
 
+logger = logging.getLogger(__name__)
 
-def _mtime_ms(info: dict[str, Any]) -> int:
+#: What a failed conditional write means: the key exists, a concurrent conditional write
+#: collided with it, it was certainly not applied, or it may have been applied.
+Outcome = Literal["exists", "conflict", "failed", "ambiguous"]
+_CONFLICT_ATTEMPTS = 5
+
+# Keyword arguments every fsspec filesystem accepts on top of its own.
+_FSSPEC_KWARGS = frozenset({"use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache"})
+
+
+def status_outcome(status: int) -> Outcome:
+    """The outcome of an HTTP error answer to a write, other than 409 and 412."""
+    # 503 (busy, slow down) is a refusal; another 5xx may come after the write was applied.
+    return "ambiguous" if status >= 500 and status != 503 else "failed"
+
+
+def connect_failed(error: BaseException | None) -> bool:
+    """Whether an aiohttp error proves the request never left (no connection was made).
+    SDKs report a connection reset mid-request with the same exception types as a refused
+    connect, so only the underlying aiohttp error tells "not sent" from "sent, answer lost"."""
+    try:
+        import aiohttp
+    except ImportError:
+        return False
+    return isinstance(error, (aiohttp.ClientConnectorError, getattr(aiohttp, "ConnectionTimeoutError", ())))
+
+
+def import_extra(module: str, extra: str) -> ModuleType:
+    """Import an optional backend, or say which txnlog extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise StorageError(
+            f"{module} is needed for this storage but is not installed: pip install 'txnlog[{extra}]' ({e})"
+        ) from e
+
+
+def split_options(
+    options: Mapping[str, Any],
+    fs_class: type,
+    aliases: Mapping[str, str],
+    *,
+    prefixes: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``storage_options`` into ``fs_class``'s own keyword arguments and delta-rs style
+    keys, the latter matched case-insensitively with or without one of ``prefixes`` and
+    returned under their ``aliases`` name.
+
+    Anything else is dropped, so one options dict can serve both deltalake and txnlog: a
+    delta-rs-only key (``AWS_S3_LOCKING_PROVIDER``, ``timeout``...) must not break the fsspec
+    constructor.
+    """
+    # The class's own __init__: fsspec's caching metaclass hides it from signature(fs_class).
+    own = inspect.signature(fs_class.__init__).parameters  # type: ignore[misc]
+    accepted = (set(own) | _FSSPEC_KWARGS | set(extra)) - {"self", "args", "kwargs"}
+    native: dict[str, Any] = {}
+    mapped: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in accepted:
+            native[key] = value
+            continue
+        name = key.lower()
+        prefix = next((p for p in prefixes if name.startswith(p)), "")
+        name = name[len(prefix) :]
+        if name in aliases:
+            mapped[aliases[name]] = value
+        else:
+            # Upper-case or prefixed keys are delta-rs options with no fsspec meaning; a
+            # lower-case unknown key is more likely a typo, so say so louder.
+            level = logging.DEBUG if prefix or key.isupper() else logging.WARNING
+            logger.log(level, "ignoring storage option %r: %s does not take it", key, fs_class.__name__)
+    return native, mapped
+
+
+def mtime_ms(info: dict[str, Any]) -> int:
     for key in ("LastModified", "last_modified", "mtime", "updated", "created", "modified"):
         value = info.get(key)
         if value is None:
@@ -67,9 +154,58 @@ class FsspecLogStore(LogStore):
         self.fs.invalidate_cache(full)
         return full
 
+    def _conditional_put(
+        self, path: str, data: bytes, send: Callable[[], object], classify: Callable[[Exception], Outcome]
+    ) -> None:
+        """Put-if-absent by a conditional write: ``send()`` makes one (after the SDK's own
+        retries) and ``classify`` says what an error it raised means."""
+        for attempt in range(_CONFLICT_ATTEMPTS):
+            try:
+                send()
+                return
+            except Exception as e:
+                error, outcome = e, classify(e)
+            # "conflict": another conditional write of this key was in flight (S3's 409); if it
+            # won, the key is there now, otherwise ours was refused and is safe to send again.
+            if outcome == "exists" or (outcome == "conflict" and self.exists(path)):
+                raise self._exists_error(path, data) from None
+            if outcome == "ambiguous":
+                raise AmbiguousWriteError(
+                    f"conditional write of {self.uri_of(path)} failed after it was sent, so it may or "
+                    f"may not have landed: {error!r}",
+                    path=path,
+                ) from error
+            if outcome == "failed":
+                raise StorageError(f"cannot write {self.uri_of(path)}: {error}", path=path) from error
+            time.sleep(random.uniform(0.5, 1.0) * 0.05 * 2**attempt)
+        raise StorageError(
+            f"cannot write {self.uri_of(path)}: {_CONFLICT_ATTEMPTS} conditional writes met concurrent ones",
+            path=path,
+        ) from error
+
+    def _exists_error(self, path: str, data: bytes) -> StorageError:
+        """The error for a conditional write refused because ``path`` exists.
+
+        SDKs and HTTP clients retry writes on their own (aiohttp resends a PUT whose connection
+        dropped, botocore, azure-core and google-cloud-storage retry timeouts), so "exists" may
+        be our own first attempt, answered too late. If the object holds exactly our bytes, that
+        cannot be told apart from winning, so it is ambiguous rather than lost.
+        """
+        try:
+            current = self.read(path)
+        except StorageError:
+            current = None
+        if current == data:
+            return AmbiguousWriteError(
+                f"{self.uri_of(path)} already exists with exactly the bytes being written: either this "
+                "write landed and was retried, or another writer wrote the same bytes",
+                path=path,
+            )
+        return FileAlreadyExistsError(f"{self.uri_of(path)} already exists", path=path)
+
     def read(self, path: str) -> bytes:
         with self._errors("read", path):
-            return self.fs.cat_file(self._full(path))
+            return cast(bytes, self.fs.cat_file(self._full(path)))
 
     def list_from(self, directory: str, start_name: str = "") -> list[FileInfo]:
         with self._errors("list", directory):
@@ -84,7 +220,7 @@ class FsspecLogStore(LogStore):
                 continue
             name = e["name"].rstrip("/").rsplit("/", 1)[-1]
             if name >= start_name:
-                out.append(FileInfo(prefix + name, int(e.get("size") or 0), _mtime_ms(e)))
+                out.append(FileInfo(prefix + name, int(e.get("size") or 0), mtime_ms(e)))
         out.sort(key=lambda f: f.path)
         return out
 
@@ -93,7 +229,7 @@ class FsspecLogStore(LogStore):
         with self._errors("stat", path):
             self._uncached(full.rsplit("/", 1)[0])
             e = self.fs.info(full)
-        return FileInfo(path, int(e.get("size") or 0), _mtime_ms(e))
+        return FileInfo(path, int(e.get("size") or 0), mtime_ms(e))
 
     def walk_files(self, directory: str = "") -> Iterator[FileInfo]:
         with self._errors("list", directory):
@@ -103,11 +239,17 @@ class FsspecLogStore(LogStore):
                 found = {}
         for full, e in found.items():
             if e.get("type", "file") == "file":
-                yield FileInfo(self._relative(full), int(e.get("size") or 0), _mtime_ms(e))
+                yield FileInfo(self._relative(full), int(e.get("size") or 0), mtime_ms(e))
 
     def put(self, path: str, data: bytes) -> None:
+        full = self._full(path)
         with self._errors("write", path):
-            self.fs.pipe_file(self._full(path), data)
+            try:
+                self.fs.pipe_file(full, data)
+            except FileNotFoundError:
+                # Filesystems with real directories (file, sftp...) need the parent to exist.
+                self.fs.makedirs(full.rsplit("/", 1)[0], exist_ok=True)
+                self.fs.pipe_file(full, data)
 
     def delete(self, path: str) -> None:
         with self._errors("delete", path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import pyarrow.fs as pafs
 
@@ -137,6 +137,33 @@ class LocalLogStore(LogStore):
         except OSError as e:
             _unlink_quietly(tmp)
             raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+        self._fsync_dir(path)
+
+    @contextlib.contextmanager
+    def open_atomic_output(self, path: str) -> Iterator[BinaryIO]:
+        """A hidden temporary file next to ``path``, renamed onto it once complete."""
+        final = self._abs(path)
+        tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
+        try:
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            f = open(tmp, "xb")
+        except OSError as e:
+            raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+        try:
+            with f:
+                yield f
+                try:
+                    if self.fsync:
+                        f.flush()
+                        os.fsync(f.fileno())
+                except OSError as e:
+                    raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+            try:
+                os.replace(tmp, final)
+            except OSError as e:
+                raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+        finally:
+            _unlink_quietly(tmp)
         self._fsync_dir(path)
 
     def delete(self, path: str) -> None:
