@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import re
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import orjson
@@ -219,3 +220,105 @@ def concat(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+# --- large commits, parsed by pyarrow's JSON reader ------------------------------------------
+
+_ADD_PREFIX = b'{"add":'
+_REMOVE_PREFIX = b'{"remove":'
+
+
+def _json_schema(partition_keys: list[str]) -> pa.Schema:
+    """The explicit schema for add/remove lines. Anything outside it (tags, other partition
+    keys, fields of later protocol versions) makes the reader fail, and the commit then takes
+    the row-wise path: JSON inference would turn strings like '2023-12-22' into timestamps."""
+    partition_values = pa.struct([(k, pa.string()) for k in partition_keys])
+
+    def struct(fields: list[tuple[str, str, pa.DataType]]) -> pa.StructType:
+        out = []
+        for name, _, t in fields:
+            if name == "tags":
+                continue
+            out.append((name, partition_values if name == "partitionValues" else DV_LOG_TYPE if name == "deletionVector" else t))
+        return pa.struct(out)
+
+    return pa.schema([("add", struct(_ADD_FIELDS)), ("remove", struct(_REMOVE_FIELDS))])
+
+
+@dataclass(frozen=True)
+class ColumnarFileActions:
+    """The add and remove actions of one commit as Arrow tables, with their line numbers."""
+
+    adds: pa.Table
+    add_lines: pa.Array
+    removes: pa.Table
+    remove_lines: pa.Array
+
+
+def _struct_to_string_map(values: pa.Array) -> pa.Array:
+    """A struct of nullable string fields (as JSON inference makes them) as map<string, string>."""
+    n = len(values)
+    if not isinstance(values.type, pa.StructType):  # all-null inference: no keys at all
+        return pa.array([{}] * n, STRING_MAP)
+    names = [f.name for f in values.type]
+    k = len(names)
+    if k == 0:
+        return pa.MapArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], pa.string()), pa.array([], pa.string()))
+    children = [values.field(i).cast(pa.string()) for i in range(k)]
+    # Row r's entries are children[0][r], children[1][r], ...: interleave with one take.
+    stacked = pa.concat_arrays(children)
+    position = _arange(n * k)
+    row = pc.divide(position, k)  # integer division
+    col = pc.subtract(position, pc.multiply(row, k))
+    items = stacked.take(pc.add(pc.multiply(col, n), row))
+    keys = pa.array(names, pa.string()).take(col)
+    offsets = pc.multiply(_arange(n + 1), k).cast(pa.int32())
+    return pa.MapArray.from_arrays(offsets, keys, items, mask=values.is_null())
+
+
+def _arange(n: int) -> pa.Array:
+    ones = pc.fill_null(pa.nulls(n, pa.int64()), 1)
+    return pc.subtract(pc.cumulative_sum(ones), 1) if n else pa.array([], pa.int64())
+
+
+def parse_file_actions(data: bytes, *, path: str, version: int) -> tuple[bytes, ColumnarFileActions] | None:
+    """Split a large commit: its add/remove lines parsed column-wise, the rest returned as bytes
+    for the row-wise parser. None when the commit needs the row-wise path (tags, odd layout)."""
+    import io
+
+    import pyarrow.json as pj
+
+    lines = data.splitlines()
+    file_lines: list[int] = []
+    other: list[bytes] = []
+    for i, line in enumerate(lines):
+        if line.startswith(_ADD_PREFIX) or line.startswith(_REMOVE_PREFIX):
+            file_lines.append(i)
+        elif line.strip():
+            other.append(line)
+    if not file_lines:
+        return None
+    body = b"\n".join(lines[i] for i in file_lines)
+    try:
+        # The partition keys of the first add (removes may omit partitionValues).
+        first_add = next((lines[i] for i in file_lines if lines[i].startswith(_ADD_PREFIX)), lines[file_lines[0]])
+        partition_keys = list((next(iter(orjson.loads(first_add).values())).get("partitionValues") or {}).keys())
+        schema = _json_schema(partition_keys)
+        parsed = pj.read_json(
+            io.BytesIO(body),
+            read_options=pj.ReadOptions(block_size=1 << 20),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+        )
+    except (pa.ArrowException, OSError, orjson.JSONDecodeError, AttributeError, StopIteration):
+        return None  # the row-wise parser reports exactly what is wrong, and where
+    line_numbers = pa.array(file_lines, pa.int64())
+    tables = {}
+    for kind in ("add", "remove"):
+        struct = parsed.column(kind).combine_chunks() if kind in parsed.column_names else pa.nulls(len(line_numbers), schema.field(kind).type)
+        valid = struct.is_valid()
+        children = {f.name: struct.field(f.name) for f in struct.type}
+        if "partitionValues" in children:
+            children["partitionValues"] = _struct_to_string_map(children["partitionValues"])
+        rebuilt = pa.StructArray.from_arrays(list(children.values()), names=list(children), mask=pc.invert(valid))
+        tables[kind] = (struct_to_table(rebuilt, kind), line_numbers.filter(valid))
+    return b"\n".join(other), ColumnarFileActions(tables["add"][0], tables["add"][1], tables["remove"][0], tables["remove"][1])

@@ -26,8 +26,9 @@ from txnlog.log.file_actions import (
     FILES_SCHEMA,
     TOMBSTONES_SCHEMA,
     concat,
+    ColumnarFileActions,
     file_keys,
-    key_of,
+    parse_file_actions,
     table_from_log_dicts,
 )
 from txnlog.log.segment import CommitFile, LogSegment
@@ -42,6 +43,9 @@ class Commit:
     path: str
     modification_time: int
     actions: list[dict[str, Any]]
+    #: For a large commit read for replay: its add and remove actions, parsed column-wise
+    #: (and then absent from ``actions``).
+    columnar: ColumnarFileActions | None = None
 
     def commit_info(self) -> CommitInfo | None:
         for obj in self.actions:
@@ -59,13 +63,24 @@ class Commit:
         return self.modification_time
 
 
-def read_commits(store: LogStore, files: Iterable[CommitFile]) -> list[Commit]:
+# Above this size a commit's file actions are parsed by pyarrow's JSON reader, not row by row.
+COLUMNAR_COMMIT_BYTES = 1 << 20
+
+
+def read_commits(store: LogStore, files: Iterable[CommitFile], *, columnar: bool = False) -> list[Commit]:
+    """Parse commit files. With ``columnar``, large commits keep their file actions as Arrow."""
     files = list(files)
     blobs = store.read_many([f.path for f in files])
-    return [
-        Commit(f.version, f.path, f.modification_time, codec.parse_lines(data, path=f.path, version=f.version))
-        for f, data in zip(files, blobs)
-    ]
+    out = []
+    for f, data in zip(files, blobs):
+        split = parse_file_actions(data, path=f.path, version=f.version) if columnar and len(data) > COLUMNAR_COMMIT_BYTES else None
+        if split is None:
+            out.append(Commit(f.version, f.path, f.modification_time, codec.parse_lines(data, path=f.path, version=f.version)))
+        else:
+            rest, file_actions = split
+            actions = codec.parse_lines(rest, path=f.path, version=f.version)
+            out.append(Commit(f.version, f.path, f.modification_time, actions, file_actions))
+    return out
 
 
 @dataclass(frozen=True)
@@ -141,26 +156,34 @@ def apply_commits(
 ) -> TableState:
     txns = dict(app_transactions)
     doms = dict(domains)
-    live: dict[str, dict[str, Any]] = {}
-    touched: set[str] = set()
-    removes: list[dict[str, Any]] = []
+    # Every add and remove gets a sequence number (commit index << 32 | line), so the latest
+    # action per logical file can be found column-wise, whichever way its commit was parsed.
+    bodies: dict[str, list[dict[str, Any]]] = {"add": [], "remove": []}
+    seqs: dict[str, list[int]] = {"add": [], "remove": []}
+    owners: dict[str, list[int]] = {"add": [], "remove": []}
+    tables: dict[str, list[pa.Table]] = {"add": [], "remove": []}
+    table_seqs: dict[str, list[pa.Array]] = {"add": [], "remove": []}
     latest_protocol: tuple[Commit, Any] | None = None
     latest_metadata: tuple[Commit, Any] | None = None
-    for commit in commits:
-        for obj in commit.actions:
+    for index, commit in enumerate(commits):
+        base = index << 32
+        if commit.columnar is not None:
+            _check_columnar(commit)
+            for kind, table, lines in (
+                ("add", commit.columnar.adds, commit.columnar.add_lines),
+                ("remove", commit.columnar.removes, commit.columnar.remove_lines),
+            ):
+                if table.num_rows:
+                    tables[kind].append(table)
+                    table_seqs[kind].append(pc.add(lines, base))
+        for line, obj in enumerate(commit.actions):
             for kind, body in obj.items():
                 try:
                     if kind in _REQUIRED_FILE_FIELDS:
                         _check_file_action(kind, body, commit)
-                    if kind == "add":
-                        key = key_of(body)
-                        live[key] = body
-                        touched.add(key)
-                    elif kind == "remove":
-                        key = key_of(body)
-                        live.pop(key, None)
-                        touched.add(key)
-                        removes.append(body)
+                        bodies[kind].append(body)
+                        seqs[kind].append(base + line)
+                        owners[kind].append(index)
                     elif kind == "protocol":
                         latest_protocol = (commit, body)
                     elif kind == "metaData":
@@ -180,6 +203,10 @@ def apply_commits(
                         path=commit.path,
                         version=commit.version,
                     ) from None
+    for kind in ("add", "remove"):
+        if bodies[kind]:
+            tables[kind].append(_file_table(commits, bodies[kind], owners[kind], kind))
+            table_seqs[kind].append(pa.array(seqs[kind], pa.int64()))
     # Only the winning protocol and metaData must be valid: superseded ones are never used.
     if latest_protocol is not None:
         protocol = codec.decode_action("protocol", latest_protocol[1], path=latest_protocol[0].path, version=latest_protocol[0].version)  # type: ignore[assignment]
@@ -190,38 +217,82 @@ def apply_commits(
     if metadata is None:
         raise _missing("metaData", where, version)
 
+    adds = concat(tables["add"], FILES_SCHEMA)
+    removes = concat(tables["remove"], TOMBSTONES_SCHEMA)
     files = base_files
-    if touched and files.num_rows:
-        keep = pc.invert(pc.is_in(file_keys(files), value_set=pa.array(list(touched), pa.string())))
-        files = files.filter(keep)
-    if live:
-        files = concat([files, _file_table(commits, list(live.values()), "add")], FILES_SCHEMA)
+    if adds.num_rows or removes.num_rows:
+        add_seq = _concat_arrays(table_seqs["add"])
+        keyed = pa.table(
+            {
+                "key": pa.concat_arrays([file_keys(adds).cast(pa.string()), file_keys(removes).cast(pa.string())]),
+                "seq": pa.concat_arrays([add_seq, _concat_arrays(table_seqs["remove"])]),
+            }
+        )
+        latest = keyed.group_by("key").aggregate([("seq", "max")])
+        if files.num_rows:
+            files = files.filter(pc.invert(pc.is_in(file_keys(files), value_set=latest.column("key"))))
+        live = adds.filter(pc.is_in(add_seq, value_set=latest.column("seq_max")))
+        files = concat([files, live], FILES_SCHEMA)
     if files.num_rows and files.column(0).num_chunks > _MAX_CHUNKS:
         # Each incremental update adds a chunk; per-chunk overhead would grow without bound.
         files = files.combine_chunks()
     parts = tombstone_parts
-    if removes:
-        remove_table = _file_table(commits, removes, "remove")
-        parts = parts + (lambda: remove_table,)
+    if removes.num_rows:
+        parts = parts + (lambda: removes,)
     return TableState(version, protocol, metadata, txns, doms, files, parts)
 
 
-def _file_table(commits: list[Commit], bodies: list[dict[str, Any]], kind: str) -> pa.Table:
+def _concat_arrays(arrays: list[pa.Array]) -> pa.Array:
+    return pa.concat_arrays(arrays) if arrays else pa.array([], pa.int64())
+
+
+def _file_table(commits: list[Commit], bodies: list[dict[str, Any]], owners: list[int], kind: str) -> pa.Table:
     try:
         return table_from_log_dicts(bodies, kind)
     except (pa.ArrowException, TypeError, ValueError) as e:
         # Find the commit holding the bad action, so the error names the file.
-        for commit in commits:
-            own = [o[kind] for o in commit.actions if kind in o]
+        for index in sorted(set(owners)):
+            own = [b for b, o in zip(bodies, owners) if o == index]
             try:
                 table_from_log_dicts(own, kind)
             except (pa.ArrowException, TypeError, ValueError):
+                commit = commits[index]
                 raise LogCorruptError(
                     f"{commit.path}: malformed '{kind}' action (version {commit.version}): {e}",
                     path=commit.path,
                     version=commit.version,
                 ) from None
         raise LogCorruptError(f"malformed '{kind}' action: {e}") from None
+
+
+def _check_columnar(commit: Commit) -> None:
+    """The required-field checks of :func:`_check_file_action`, column-wise."""
+    assert commit.columnar is not None
+    for kind, table, lines in (
+        ("add", commit.columnar.adds, commit.columnar.add_lines),
+        ("remove", commit.columnar.removes, commit.columnar.remove_lines),
+    ):
+        for name in _REQUIRED_FILE_FIELDS[kind]:
+            column = table.column(name)
+            if column.null_count:
+                line = lines.filter(pc.is_null(column.combine_chunks()))[0].as_py() + 1
+                raise LogCorruptError(
+                    f"{commit.path}: '{kind}' action at line {line} lacks required field '{name}' (version {commit.version})",
+                    path=commit.path,
+                    version=commit.version,
+                )
+        dv = table.column("deletion_vector").combine_chunks()
+        if dv.null_count < len(dv):
+            for field_name in ("storage_type", "path_or_inline_dv", "size_in_bytes", "cardinality"):
+                partial = pc.and_(dv.is_valid(), pc.is_null(dv.field(field_name)))
+                if pc.any(partial).as_py():
+                    line = lines.filter(partial)[0].as_py() + 1
+                    raise LogCorruptError(
+                        f"{commit.path}: '{kind}' action at line {line} has a deletionVector without "
+                        f"'{field_name}' (version {commit.version})",
+                        path=commit.path,
+                        version=commit.version,
+                    )
 
 
 def replay(store: LogStore, segment: LogSegment) -> TableState:
@@ -245,7 +316,7 @@ def replay(store: LogStore, segment: LogSegment) -> TableState:
                 doms[action.domain] = action
         base_files = cp.adds
         parts = (cp.load_tombstones,)
-    commits = read_commits(store, segment.commits)
+    commits = read_commits(store, segment.commits, columnar=True)
     return apply_commits(
         commits,
         base_files=base_files,
