@@ -20,7 +20,7 @@ from txnlog.log.actions import CommitInfo, DomainMetadata, Metadata, Protocol
 from txnlog.log.features import check_readable
 from txnlog.log.filenames import LOG_DIR
 from txnlog.log.replay import Commit, TableState, advance, read_commits, replay
-from txnlog.log.segment import LogListing, build_segment, list_log
+from txnlog.log.segment import LogListing, build_segment, commit_file, list_log
 from txnlog.storage import LogStore, open_store
 
 if TYPE_CHECKING:
@@ -133,11 +133,12 @@ class Snapshot:
         newer = sorted(v for v in listing.commits if v > self.version)
         if not newer:
             return self
-        if newer != list(range(self.version + 1, newer[-1] + 1)):
+        files = [commit_file(self.table.store, listing, v) for v in range(self.version + 1, newer[-1] + 1)]
+        if any(f is None for f in files):
             # The commits we need were cleaned up: rebuild from the log, not via table.snapshot(),
             # whose cache of the latest snapshot would call back into this update.
             return Snapshot(self.table, replay(self.table.store, build_segment(self.table.store)))
-        commits = read_commits(self.table.store, [listing.commits[v] for v in newer])
+        commits = read_commits(self.table.store, files)  # type: ignore[arg-type]
         return Snapshot(self.table, advance(self._state, commits, f"{self.table.uri} version {newer[-1]}"))
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from txnlog.errors import LogCorruptError, TableNotFoundError, VersionGapError, VersionNotFoundError
-from txnlog.log.filenames import LOG_DIR, CheckpointFile, parse_checkpoint, parse_commit_version, version_prefix
+from txnlog.errors import LogCorruptError, ObjectNotFoundError, TableNotFoundError, VersionGapError, VersionNotFoundError
+from txnlog.log.filenames import LOG_DIR, CheckpointFile, commit_path, parse_checkpoint, parse_commit_version, version_prefix
 from txnlog.log.last_checkpoint import read_hint
 from txnlog.storage.base import FileInfo, LogStore
 
@@ -76,6 +76,25 @@ class LogListing:
         return max(versions) if versions else None
 
 
+def commit_file(store: LogStore, listing: LogListing, version: int) -> CommitFile | None:
+    """The commit file of ``version``, or None if it does not exist.
+
+    A listing is not a snapshot: a commit published while the directory was being read can be
+    left out although later ones are in (ext4's hash-ordered readdir, paged object listings).
+    Commits are published in version order, so a gap is looked up directly before it counts.
+    """
+    found = listing.commits.get(version)
+    if found is not None:
+        return found
+    try:
+        info = store.info(commit_path(version))
+    except ObjectNotFoundError:
+        return None
+    found = CommitFile(version, info.path, info.modification_time)
+    listing.commits[version] = found
+    return found
+
+
 def list_log(store: LogStore, start_version: int = 0) -> LogListing:
     return LogListing.of(store.list_from(LOG_DIR, version_prefix(start_version) if start_version else ""))
 
@@ -115,7 +134,7 @@ def segment_from_listing(store: LogStore, listing: LogListing, version: int | No
     start = checkpoint[0].version + 1 if checkpoint else 0
     commits = []
     for v in range(start, version + 1):
-        commit = listing.commits.get(v)
+        commit = commit_file(store, listing, v)
         if commit is None:
             if v == 0 or (not checkpoint and v == start):
                 earliest = min(listing.commits) if listing.commits else None

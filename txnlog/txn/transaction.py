@@ -55,7 +55,7 @@ from txnlog.log.features import check_writable, merge_protocols, protocol_for, w
 from txnlog.log.file_actions import file_keys
 from txnlog.log.filenames import commit_path
 from txnlog.log.replay import Commit, advance, read_commits
-from txnlog.log.segment import list_log
+from txnlog.log.segment import CommitFile, commit_file, list_log
 from txnlog.txn.conflicts import TransactionFootprint, WinningCommit, check_conflicts
 from txnlog.txn.hooks import HookFailure, HookRegistry, PostCommitContext
 from txnlog.txn.isolation import IsolationLevel
@@ -619,16 +619,20 @@ class OptimisticTransaction:
         return self.result
 
     def _read_winners(self, start: int) -> list[Commit]:
-        listing = list_log(self.table.store, start)
-        versions = sorted(v for v in listing.commits if v >= start)
-        if versions and versions[0] != start:
-            raise LogCorruptError(
-                f"cannot check conflicts on {self.table.uri}: commit {start} is gone (log cleaned up?)", version=start
-            )
-        if versions != list(range(start, start + len(versions))):
-            missing = next(v for v in range(start, versions[-1]) if v not in listing.commits)
-            raise LogCorruptError(f"{self.table.uri}: commit {missing} is missing between winning commits", version=missing)
-        return read_commits(self.table.store, [listing.commits[v] for v in versions])
+        store = self.table.store
+        listing = list_log(store, start)
+        last = max((v for v in listing.commits if v >= start), default=start - 1)
+        files: list[CommitFile] = []
+        for v in range(start, last + 1):
+            found = commit_file(store, listing, v)
+            if found is None:
+                if v == start:
+                    raise LogCorruptError(
+                        f"cannot check conflicts on {self.table.uri}: commit {start} is gone (log cleaned up?)", version=start
+                    )
+                raise LogCorruptError(f"{self.table.uri}: commit {v} is missing between winning commits", version=v)
+            files.append(found)
+        return read_commits(store, files)
 
     def _run_hooks(
         self, version: int, winners: list[Commit], committed: list[dict[str, Any]], metadata: Metadata
