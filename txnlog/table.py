@@ -212,7 +212,7 @@ class Table:
     def create(
         cls,
         uri: str | os.PathLike[str],
-        schema: pa.Schema | str,
+        schema: "pa.Schema | str | Mapping[str, Any]",
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
         *,
@@ -221,7 +221,7 @@ class Table:
         description: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> "Table":
-        """Create a table at ``uri`` with a pyarrow or Delta JSON ``schema``.
+        """Create a table at ``uri`` with a pyarrow schema or a Delta schema (JSON text or dict).
 
         ``mode``: "error" (the default) raises TableAlreadyExistsError if a table is there,
         "ignore" returns the existing table, "overwrite" replaces its schema and removes its files.

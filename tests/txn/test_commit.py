@@ -278,3 +278,18 @@ def test_domain_metadata_needs_the_feature(table):
         txn.commit()
     with pytest.raises(TransactionError, match="reserved"):
         table.transaction().set_domain_metadata("delta.clustering", "{}")
+
+
+def test_create_accepts_a_delta_schema(tmp_path):
+    delta_schema = {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": False, "metadata": {}},
+            {"name": "price", "type": "decimal(10,2)", "nullable": True, "metadata": {}},
+        ],
+    }
+    t = Table.create(tmp_path / "t", delta_schema)
+    schema = t.snapshot().schema
+    assert schema.field("id").type == pa.int64() and not schema.field("id").nullable
+    assert schema.field("price").type == pa.decimal128(10, 2)
+    assert Table.create(tmp_path / "u", orjson.dumps(delta_schema).decode()).snapshot().schema == schema

@@ -52,7 +52,7 @@ from txnlog.log.actions import (
     Txn,
 )
 from txnlog.log.features import check_writable, merge_protocols, protocol_for, writer_features
-from txnlog.log.file_actions import file_keys
+from txnlog.log.file_actions import file_keys, key_of
 from txnlog.log.filenames import commit_path
 from txnlog.log.replay import Commit, advance, read_commits
 from txnlog.log.segment import CommitFile, commit_file, list_log
@@ -328,7 +328,7 @@ class OptimisticTransaction:
     def update_metadata(
         self,
         *,
-        schema: pa.Schema | str | None = None,
+        schema: pa.Schema | str | Mapping[str, Any] | None = None,
         partition_columns: Sequence[str] | None = None,
         configuration: Mapping[str, str] | None = None,
         name: str | None = None,
@@ -347,6 +347,8 @@ class OptimisticTransaction:
             schema_string = arrow_to_delta_schema(schema)
         elif isinstance(schema, str):
             schema_string = schema
+        elif isinstance(schema, Mapping):
+            schema_string = orjson.dumps(schema).decode()
         elif base is not None:
             schema_string = base.schema_string
         else:
@@ -449,7 +451,7 @@ class OptimisticTransaction:
             read_file_keys=read_keys,
             app_ids=self._read_app_ids | set(self._txns),
             domains=set(self._domains),
-            removed_keys={r.path if r.deletion_vector is None else f"{r.path}\x00{r.deletion_vector.unique_id}" for r in self._removes},
+            removed_keys={key_of(codec.encode_action(r)["remove"]) for r in self._removes},
         )
 
     # -- 5. prepare -------------------------------------------------------------------------
