@@ -254,6 +254,11 @@ def test_blind_appends_from_processes_all_land(tmp_path: Path) -> None:
     _run_blind_appends(tmp_path, writers=4, per_writer=50)
 
 
+@pytest.mark.timeout(300)
+def test_eight_blind_appenders_do_not_exhaust_the_default_retries(tmp_path: Path) -> None:
+    _run_blind_appends(tmp_path, writers=8, per_writer=15)
+
+
 @pytest.mark.soak
 @pytest.mark.timeout(900)
 def test_blind_appends_from_processes_all_land_soak(tmp_path: Path) -> None:
