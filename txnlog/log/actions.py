@@ -6,6 +6,7 @@ Field names are snake_case here; the camelCase names of the JSON log live only i
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
@@ -56,14 +57,20 @@ class Metadata:
     @property
     def schema(self) -> Any:
         """The table schema as a pyarrow.Schema (logical column names)."""
-        from txnlog.schema import delta_schema_to_arrow
-
         try:
-            return delta_schema_to_arrow(self.schema_string)
+            return _arrow_schema(self.schema_string)
         except SchemaError:
             raise
         except Exception as e:  # a malformed schemaString is a table error, not a KeyError
             raise SchemaError(f"metaData.schemaString of table {self.id} is invalid: {e}", field="schemaString") from e
+
+
+@functools.lru_cache(maxsize=64)
+def _arrow_schema(schema_string: str) -> Any:
+    # Schemas are immutable and parsed on every predicate and write: parse each text once.
+    from txnlog.schema import delta_schema_to_arrow
+
+    return delta_schema_to_arrow(schema_string)
 
 
 @dataclass(frozen=True, slots=True)
