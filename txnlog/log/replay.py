@@ -221,17 +221,25 @@ def apply_commits(
     removes = concat(tables["remove"], TOMBSTONES_SCHEMA)
     files = base_files
     if adds.num_rows or removes.num_rows:
-        add_seq = _concat_arrays(table_seqs["add"])
-        keyed = pa.table(
-            {
-                "key": pa.concat_arrays([file_keys(adds).cast(pa.string()), file_keys(removes).cast(pa.string())]),
-                "seq": pa.concat_arrays([add_seq, _concat_arrays(table_seqs["remove"])]),
-            }
-        )
-        latest = keyed.group_by("key").aggregate([("seq", "max")])
+        add_keys = file_keys(adds).cast(pa.string())
+        if not removes.num_rows and pc.count_distinct(add_keys).as_py() == len(add_keys):
+            # Appends of distinct files (the common case): every add is live, no reconciling.
+            touched, live = add_keys, adds
+        else:
+            add_seq = _concat_arrays(table_seqs["add"])
+            keyed = pa.table(
+                {
+                    "key": pa.concat_arrays([add_keys, file_keys(removes).cast(pa.string())]),
+                    "seq": pa.concat_arrays([add_seq, _concat_arrays(table_seqs["remove"])]),
+                }
+            )
+            latest = keyed.group_by("key").aggregate([("seq", "max")])
+            touched = latest.column("key")
+            live = adds.filter(pc.is_in(add_seq, value_set=latest.column("seq_max")))
         if files.num_rows:
-            files = files.filter(pc.invert(pc.is_in(file_keys(files), value_set=latest.column("key"))))
-        live = adds.filter(pc.is_in(add_seq, value_set=latest.column("seq_max")))
+            replaced = pc.is_in(file_keys(files), value_set=touched)
+            if pc.any(replaced).as_py():  # copying the whole list only when something changed
+                files = files.filter(pc.invert(replaced))
         files = concat([files, live], FILES_SCHEMA)
     if files.num_rows and files.column(0).num_chunks > _MAX_CHUNKS:
         # Each incremental update adds a chunk; per-chunk overhead would grow without bound.

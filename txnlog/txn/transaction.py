@@ -639,17 +639,22 @@ class OptimisticTransaction:
     def _run_hooks(
         self, version: int, winners: list[Commit], committed: list[dict[str, Any]], metadata: Metadata
     ) -> list[HookFailure]:
+        from txnlog.table import Snapshot
+
+        post_state = None
+        if self.snapshot is not None:
+            # The state at our version, from what this transaction already holds: it also becomes
+            # the table's latest known state, so the next transaction need not re-read our commit.
+            own = Commit(version, commit_path(version), _now_ms(), committed)
+            post_state = advance(self.snapshot._state, [*winners, own], f"{self.table.uri} version {version}")
+            cached = self.table._latest_state
+            if cached is None or cached.version < version:
+                self.table._latest_state = post_state
         if self.hooks is None:
             return []
-        own = Commit(version, commit_path(version), _now_ms(), committed)
 
         def snapshot_at_version() -> "Snapshot":
-            from txnlog.table import Snapshot
-
-            if self.snapshot is None:
-                return self.table.snapshot(version)
-            state = advance(self.snapshot._state, [*winners, own], f"{self.table.uri} version {version}")
-            return Snapshot(self.table, state)
+            return Snapshot(self.table, post_state) if post_state is not None else self.table.snapshot(version)
 
         ctx = PostCommitContext(self.table, version, self.operation, dict(metadata.configuration), snapshot_at_version)
         return self.hooks.run(ctx)
