@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txnlog.errors import CorruptCheckpointError, StorageError, TxnLogError
@@ -74,8 +75,8 @@ def _read_file_struct(pf: pq.ParquetFile, column: str, children: list[str], part
         struct = table.column(column)
         # With writeStatsAsJson=false the 'stats' string is null or absent: fall back to stats_parsed.
         if kind == "add" and "stats_parsed" not in children and _present_children(pf, "add", ("stats_parsed",)):
-            stats = struct.combine_chunks().field("stats") if "stats" in children else None
-            if stats is None or stats.null_count:
+            stats = pc.struct_field(struct, "stats") if "stats" in children else None
+            if stats is None or pc.any(pc.and_(pc.is_valid(struct), pc.is_null(stats))).as_py():
                 return _read_file_struct(pf, column, children + ["stats_parsed"], part)
         return struct_to_table(struct, kind)
     except (OSError, pa.ArrowException) as e:

@@ -135,7 +135,11 @@ def struct_to_table(struct: pa.Array | pa.ChunkedArray, kind: str) -> pa.Table:
     """Rows of a log-layout ``add`` or ``remove`` struct column (nulls dropped) as a snake_case table."""
     fields = _ADD_FIELDS if kind == "add" else _REMOVE_FIELDS
     if isinstance(struct, pa.ChunkedArray):
-        struct = struct.combine_chunks() if struct.num_chunks != 1 else struct.chunk(0)
+        if struct.num_chunks != 1:
+            # Convert chunk by chunk (one per row group): merging them first would copy the list.
+            schema = FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA
+            return concat((struct_to_table(chunk, kind) for chunk in struct.chunks), schema)
+        struct = struct.chunk(0)
     runs = None
     if struct.null_count:
         # Checkpoints hold the other actions' rows too. Keep the add rows as zero-copy slices
