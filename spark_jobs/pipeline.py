@@ -80,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     predicate = "region = 'APAC' AND amount < 10"
     with table.transaction("DELETE", operation_parameters={"predicate": predicate}) as txn:
         files = txn.filter_files(predicate)
-        if files.num_rows:
-            uris = [txn.table.data_file_uri(p) for p in files.column("path").to_pylist()]
-            survivors = (
-                spark.read.option("basePath", table.uri).parquet(*uris).where("NOT (amount < 10)").select(*SCHEMA.names)
-            )
+        uris = [txn.table.data_file_uri(p) for p in files.column("path").to_pylist()]
+        candidates = spark.read.option("basePath", table.uri).parquet(*uris) if uris else None
+        # Stats only say a file *may* hold matching rows: rewrite only if some row really matches,
+        # so a re-run of the job changes nothing.
+        if candidates is not None and candidates.where(predicate).limit(1).count():
             txn.remove_files(files)
-            txn.write(to_arrow(survivors))
+            txn.write(to_arrow(candidates.where(f"NOT ({predicate})").select(*SCHEMA.names)))
         else:
             txn.abort()
     if txn.result is not None:
