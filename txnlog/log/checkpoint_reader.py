@@ -68,17 +68,23 @@ def _present_children(pf: pq.ParquetFile, column: str, wanted: tuple[str, ...]) 
 
 def _read_file_struct(pf: pq.ParquetFile, column: str, children: list[str], part: CheckpointFile) -> pa.Table:
     kind = "add" if column == "add" else "remove"
+    schema = FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA
     if not children:
-        return (FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA).empty_table()
+        return schema.empty_table()
+    has_parsed = kind == "add" and "stats_parsed" not in children and bool(_present_children(pf, "add", ("stats_parsed",)))
     try:
-        table = pf.read(columns=[f"{column}.{c}" for c in children])
-        struct = table.column(column)
-        # With writeStatsAsJson=false the 'stats' string is null or absent: fall back to stats_parsed.
-        if kind == "add" and "stats_parsed" not in children and _present_children(pf, "add", ("stats_parsed",)):
-            stats = pc.struct_field(struct, "stats") if "stats" in children else None
-            if stats is None or pc.any(pc.and_(pc.is_valid(struct), pc.is_null(stats))).as_py():
-                return _read_file_struct(pf, column, children + ["stats_parsed"], part)
-        return struct_to_table(struct, kind)
+        # One row group at a time: only one group's decoded columns exist beside the result.
+        tables = []
+        for group in range(pf.metadata.num_row_groups):
+            struct = pf.read_row_group(group, columns=[f"{column}.{c}" for c in children]).column(column)
+            # With writeStatsAsJson=false the 'stats' string is null or absent: use stats_parsed.
+            if has_parsed:
+                stats = pc.struct_field(struct, "stats") if "stats" in children else None
+                if stats is None or pc.any(pc.and_(pc.is_valid(struct), pc.is_null(stats))).as_py():
+                    columns = [f"{column}.{c}" for c in [*children, "stats_parsed"]]
+                    struct = pf.read_row_group(group, columns=columns).column(column)
+            tables.append(struct_to_table(struct, kind))
+        return concat(tables, schema)
     except (OSError, pa.ArrowException) as e:
         raise _fail(part, f"cannot read column '{column}': {e}") from e
 
