@@ -121,7 +121,9 @@ class _Const(_Node):
 
 
 @dataclass(frozen=True, slots=True)
-class _And(_Node):
+class _Junction(_Node):
+    """AND or OR of two or more children; subclasses name the Arrow kernels."""
+
     children: tuple[_Node, ...]
 
     def leaves(self) -> Iterator[_Node]:
@@ -131,23 +133,22 @@ class _And(_Node):
     def expr(self, physical: bool) -> pc.Expression:
         out = self.children[0].expr(physical)
         for child in self.children[1:]:
-            out = pc.and_kleene(out, child.expr(physical))
+            out = type(self).kleene(out, child.expr(physical))  # type: ignore[attr-defined]
         return out
 
 
 @dataclass(frozen=True, slots=True)
-class _Or(_Node):
-    children: tuple[_Node, ...]
+class _And(_Junction):
+    kleene = staticmethod(pc.and_kleene)  # on expressions: NULL-aware
+    combine = staticmethod(pc.and_)  # on may-match masks, which are never null
+    absorbing = False  # FALSE AND x is FALSE
 
-    def leaves(self) -> Iterator[_Node]:
-        for child in self.children:
-            yield from child.leaves()
 
-    def expr(self, physical: bool) -> pc.Expression:
-        out = self.children[0].expr(physical)
-        for child in self.children[1:]:
-            out = pc.or_kleene(out, child.expr(physical))
-        return out
+@dataclass(frozen=True, slots=True)
+class _Or(_Junction):
+    kleene = staticmethod(pc.or_kleene)
+    combine = staticmethod(pc.or_)
+    absorbing = True  # TRUE OR x is TRUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,30 +236,26 @@ class _Like(_Node):
         return "".join(out)
 
 
-def _and(children: Sequence[_Node]) -> _Node:
+def _junction(kind: type[_Junction], children: Sequence[_Node]) -> _Node:
+    """``kind`` of ``children``, flattened, with constants folded."""
     flat: list[_Node] = []
     for child in children:
         if isinstance(child, _Const):
-            if not child.value:
+            if child.value == kind.absorbing:  # type: ignore[attr-defined]
                 return child
             continue
-        flat.extend(child.children if isinstance(child, _And) else (child,))
+        flat.extend(child.children if isinstance(child, kind) else (child,))
     if not flat:
-        return _Const(True)
-    return flat[0] if len(flat) == 1 else _And(tuple(flat))
+        return _Const(not kind.absorbing)  # type: ignore[attr-defined]
+    return flat[0] if len(flat) == 1 else kind(tuple(flat))
+
+
+def _and(children: Sequence[_Node]) -> _Node:
+    return _junction(_And, children)
 
 
 def _or(children: Sequence[_Node]) -> _Node:
-    flat: list[_Node] = []
-    for child in children:
-        if isinstance(child, _Const):
-            if child.value:
-                return child
-            continue
-        flat.extend(child.children if isinstance(child, _Or) else (child,))
-    if not flat:
-        return _Const(False)
-    return flat[0] if len(flat) == 1 else _Or(tuple(flat))
+    return _junction(_Or, children)
 
 
 def _node_columns(node: _Node) -> list[_Column]:
@@ -1058,11 +1055,10 @@ class _FileEvaluator:
             return _trues(self.n) if node.value else _falses(self.n)
         if {c.name for c in _node_columns(node)} <= self._partition:
             return self._exact_on_partitions(node)
-        if isinstance(node, (_And, _Or)):
-            combine = pc.and_ if isinstance(node, _And) else pc.or_
+        if isinstance(node, _Junction):
             out = self.may(node.children[0])
             for child in node.children[1:]:
-                out = combine(out, self.may(child))
+                out = type(node).combine(out, self.may(child))  # type: ignore[attr-defined]
             return out
         if isinstance(node, _CompareColumns):
             return self._may_columns(node)
