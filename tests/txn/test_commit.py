@@ -293,3 +293,21 @@ def test_create_accepts_a_delta_schema(tmp_path):
     assert schema.field("id").type == pa.int64() and not schema.field("id").nullable
     assert schema.field("price").type == pa.decimal128(10, 2)
     assert Table.create(tmp_path / "u", orjson.dumps(delta_schema).decode()).snapshot().schema == schema
+
+
+def test_removing_a_file_with_a_deletion_vector_carries_the_vector(log_writer):
+    from txnlog.log.actions import DeletionVectorDescriptor
+
+    w = log_writer()
+    dv = DeletionVectorDescriptor("u", "ab^-aqEH.-t@S}K{vb[*k^", 34, 2, offset=1)
+    w.create(w.add("a.parquet", num_records=5, deletion_vector=dv), w.add("b.parquet", num_records=3))
+    t = Table(w.uri)
+    with t.transaction("DELETE") as txn:
+        txn.remove_files(txn.filter_files("id > 0"))
+    removes = [a["remove"] for a in log_actions(t, txn.result) if "remove" in a]
+    by_path = {r["path"]: r for r in removes}
+    assert by_path["a.parquet"]["deletionVector"] == {
+        "storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "sizeInBytes": 34, "cardinality": 2, "offset": 1,
+    }
+    assert "deletionVector" not in by_path["b.parquet"]
+    assert t.snapshot().num_files == 0 and t.snapshot().tombstones().num_rows == 2

@@ -101,19 +101,6 @@ def _operation_parameters(params: Mapping[str, Any] | None) -> dict[str, str]:
     return out
 
 
-def _dv_from_row(row: Mapping[str, Any] | None) -> DeletionVectorDescriptor | None:
-    if not row:
-        return None
-    return DeletionVectorDescriptor(
-        storage_type=row["storage_type"],
-        path_or_inline_dv=row["path_or_inline_dv"],
-        size_in_bytes=row["size_in_bytes"],
-        cardinality=row["cardinality"],
-        offset=row.get("offset"),
-        max_row_index=row.get("max_row_index"),
-    )
-
-
 def add_files_from_table(files: pa.Table) -> list[AddFile]:
     """AddFile records from rows laid out like ``Snapshot.files()`` (missing columns allowed)."""
     rows = files.to_pylist(maps_as_pydicts="lossy")
@@ -123,10 +110,11 @@ def add_files_from_table(files: pa.Table) -> list[AddFile]:
             partition_values=r.get("partition_values") or {},
             size=r["size"],
             modification_time=r.get("modification_time") or _now_ms(),
-            data_change=r.get("data_change", True) if r.get("data_change") is not None else True,
+            data_change=r.get("data_change") is not False,
             stats=r.get("stats"),
             tags=r.get("tags"),
-            deletion_vector=_dv_from_row(r.get("deletion_vector")),
+            # The snake_case DV columns are the descriptor's own field names.
+            deletion_vector=DeletionVectorDescriptor(**r["deletion_vector"]) if r.get("deletion_vector") else None,
             base_row_id=r.get("base_row_id"),
             default_row_commit_version=r.get("default_row_commit_version"),
             clustering_provider=r.get("clustering_provider"),
