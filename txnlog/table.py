@@ -293,14 +293,14 @@ class Table:
 
     # -- history and time -------------------------------------------------------------------
 
-    def _commit_timestamps(self, listing: LogListing) -> list[tuple[int, int]]:
+    def _commit_timestamps(self, listing: LogListing, commits: dict[int, Commit]) -> list[tuple[int, int]]:
         """(version, commit time) for every commit still in the log, oldest first.
 
         Uses in-commit timestamps from the version they were enabled at; file modification
-        times before, made monotonic as Delta does.
+        times before, made monotonic as Delta does. The commits it had to read are left in
+        ``commits`` for the caller.
         """
         versions = sorted(listing.commits)
-        commits: dict[int, Commit] = {}
 
         def has_ict(v: int) -> bool:
             if v not in commits:
@@ -336,7 +336,7 @@ class Table:
         """The last version committed at or before ``timestamp``."""
         ts = _to_millis(timestamp)
         listing = list_log(self.store)
-        stamps = self._commit_timestamps(listing)
+        stamps = self._commit_timestamps(listing, {})
         if not stamps:
             raise VersionNotFoundError(f"{self.uri} has no commits")
         candidates = [v for v, t in stamps if t <= ts]
@@ -350,11 +350,13 @@ class Table:
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
         """The commitInfo of each version still in the log, newest first."""
         listing = list_log(self.store)
-        stamps = self._commit_timestamps(listing)
+        commits: dict[int, Commit] = {}
+        stamps = self._commit_timestamps(listing, commits)
         if limit is not None:
             stamps = stamps[-limit:] if limit > 0 else []
         stamps.reverse()
-        commits = {c.version: c for c in read_commits(self.store, [listing.commits[v] for v, _ in stamps])}
+        missing = [listing.commits[v] for v, _ in stamps if v not in commits]
+        commits.update({c.version: c for c in read_commits(self.store, missing)})
         return [HistoryEntry(v, t, commits[v].commit_info()) for v, t in stamps]
 
 
