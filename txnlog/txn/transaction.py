@@ -462,8 +462,21 @@ class OptimisticTransaction:
         metrics.update(self._metrics)
         return {k: str(v) for k, v in metrics.items()}
 
+    def _encoded_body(self) -> list[dict[str, Any]]:
+        """The actions after protocol and metaData, encoded once: they do not change between
+        attempts, and a large transaction's adds are costly to encode again on every retry."""
+        actions: list[Action] = [*self._txns.values(), *self._domains.values(), *self._removes, *self._adds, *self._cdc]
+        return [codec.encode_action(a) for a in actions]
+
     def _prepare(
-        self, version: int, txn_id: str, isolation: IsolationLevel, blind: bool, previous_ict: int | None
+        self,
+        version: int,
+        txn_id: str,
+        isolation: IsolationLevel,
+        blind: bool,
+        previous_ict: int | None,
+        metrics: dict[str, str],
+        body: list[dict[str, Any]],
     ) -> list[dict[str, Any]]:
         now = _now_ms()
         metadata = self._metadata
@@ -490,21 +503,16 @@ class OptimisticTransaction:
             is_blind_append=blind,
             engine_info=self.engine_info,
             txn_id=txn_id,
-            operation_metrics=self._metrics_for_commit(),
+            operation_metrics=metrics,
             in_commit_timestamp=ict,
             user_metadata=self.user_metadata,
         )
-        actions: list[Action] = [info]
+        head: list[Action] = [info]
         if self._protocol is not None:
-            actions.append(self._protocol)
+            head.append(self._protocol)
         if metadata is not None:
-            actions.append(metadata)
-        actions.extend(self._txns.values())
-        actions.extend(self._domains.values())
-        actions.extend(self._removes)
-        actions.extend(self._adds)
-        actions.extend(self._cdc)
-        return [codec.encode_action(a) for a in actions]
+            head.append(metadata)
+        return [*(codec.encode_action(a) for a in head), *body]
 
     def _previous_ict(self, version: int, winners: list[Commit]) -> int | None:
         if version == 0:
@@ -543,13 +551,14 @@ class OptimisticTransaction:
         txn_id = str(uuid.uuid4())
         store = self.table.store
 
+        metrics, body = self._metrics_for_commit(), self._encoded_body()
         version = self.read_version + 1
         winners: list[Commit] = []
         ict_enabled = props.ENABLE_IN_COMMIT_TIMESTAMPS.get(metadata.configuration)
         committed: list[dict[str, Any]] | None = None
         while committed is None:
             previous_ict = self._previous_ict(version, winners) if ict_enabled else None
-            actions = self._prepare(version, txn_id, isolation, blind, previous_ict)
+            actions = self._prepare(version, txn_id, isolation, blind, previous_ict, metrics, body)
             try:
                 store.put_if_absent(commit_path(version), codec.dump_lines(actions))
                 committed = actions
