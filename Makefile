@@ -1,6 +1,6 @@
 # Two entry points, each doing all set-up on a fresh machine (Debian, Python 3.11, Java 17):
 #   make run   - the main job: the Spark pipeline in spark_jobs/ on local Spark and a local table
-#   make test  - the test suite (soak tests excluded; `make soak` runs them)
+#   make test  - ruff and mypy (strict) on txnlog/, then the test suite (soak tests excluded; `make soak` runs them)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -20,6 +20,8 @@ run: $(STAMP)
 	$(PY) spark_jobs/pipeline.py --table out/events
 
 test: $(STAMP)
+	$(PY) -m ruff check txnlog
+	$(PY) -m mypy
 	$(PY) -m pytest -m "not soak" -q -p no:cacheprovider
 
 soak: $(STAMP)

@@ -23,6 +23,9 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_contention.py", []),
     ("bench_checkpoint.py", ["--stats", "numrecords"]),  # the design brief's 1M-file table
     ("bench_checkpoint.py", []),  # the same with min/max stats for 4 columns
+    ("bench_overwrite.py", []),  # a copy-on-write overwrite of 1M files
+    ("bench_starvation.py", []),  # a copy-on-write updater among 4 and 8 blind appenders
+    ("bench_maintenance.py", []),  # checkpoint, expire, vacuum against delta-rs
 ]
 
 

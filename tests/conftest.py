@@ -120,3 +120,26 @@ class LogWriter:
 def log_writer(tmp_table_uri: str) -> Callable[..., LogWriter]:
     """``log_writer()`` writes to a fresh local table, ``log_writer(uri)`` to ``uri``."""
     return lambda uri=None: LogWriter(uri or tmp_table_uri)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    """The one local SparkSession of a test session (PySpark takes ~20 s to start here).
+
+    Tests that need Spark take this fixture; tests must not stop it or change session-wide
+    settings they do not restore.
+    """
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("txnlog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()

@@ -64,7 +64,7 @@ def test_memory_table_basics(mem: Any) -> None:
 def test_snapshot_metadata_and_protocol(mem: Any) -> None:
     snap = txnlog.Table(mem.uri).snapshot()
     assert snap.protocol == Protocol(1, 2)
-    assert not snap.protocol.supports_reader_features()
+    assert snap.protocol.reader_features is None
     md = snap.metadata
     assert isinstance(md, Metadata)
     assert md.id == "00000000-0000-0000-0000-000000000001"

@@ -1,18 +1,31 @@
 """txnlog: a Delta Lake protocol transaction layer for Python and PySpark."""
 
+from txnlog import errors
+from txnlog._version import __version__
 from txnlog.errors import TxnLogError
 from txnlog.log.actions import AddFile, DeletionVectorDescriptor, RemoveFile
-from txnlog.table import HistoryEntry, Snapshot, Table
-
-__version__ = "0.1.0"
+from txnlog.log.history import HistoryEntry
+from txnlog.snapshot import Snapshot
+from txnlog.table import Table
+from txnlog.txn.hooks import PostCommitContext
+from txnlog.txn.isolation import IsolationLevel
+from txnlog.txn.transaction import CommitResult, OptimisticTransaction
+from txnlog.write.context import WriteContext, WrittenFiles
 
 __all__ = [
     "AddFile",
+    "CommitResult",
     "DeletionVectorDescriptor",
     "HistoryEntry",
+    "IsolationLevel",
+    "OptimisticTransaction",
+    "PostCommitContext",
     "RemoveFile",
     "Snapshot",
     "Table",
     "TxnLogError",
+    "WriteContext",
+    "WrittenFiles",
     "__version__",
+    "errors",
 ]

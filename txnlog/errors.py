@@ -26,6 +26,19 @@ def _rebuild_error(cls: type[TxnLogError], args: tuple[Any, ...], state: dict[st
     return error
 
 
+# --- the caller's arguments ----------------------------------------------------------------
+
+
+class InvalidArgumentError(TxnLogError, ValueError):
+    """An argument of a public call has a bad value (an unknown URI scheme, an unparseable
+    timestamp...). Also a ValueError, so Python habits keep working."""
+
+
+class InvalidArgumentTypeError(TxnLogError, TypeError):
+    """An argument of a public call has the wrong type (a dict where an Arrow table is
+    expected...). Also a TypeError."""
+
+
 # --- storage ---------------------------------------------------------------------------------
 
 
@@ -97,6 +110,16 @@ class CorruptCheckpointError(LogCorruptError):
     """A checkpoint file cannot be read or does not match the protocol's layout."""
 
 
+class UnsafePathError(TxnLogError):
+    """A data file path leaves the table root (``../``, an absolute path or URI elsewhere,
+    another bucket). ``path`` is the path as the log holds it; ``version`` the commit, if known."""
+
+    def __init__(self, message: str, *, path: str, version: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.version = version
+
+
 class UnsupportedFeatureError(TxnLogError):
     """The table needs a reader or writer version or feature this library does not implement."""
 
@@ -135,6 +158,15 @@ class InvalidPredicateError(TxnLogError):
 
 class TransactionError(TxnLogError):
     """A transaction was used in a way the protocol forbids (two metadata updates, reuse...)."""
+
+
+class FileNotLiveError(TransactionError):
+    """A transaction removes a file that is not live at its read version (Iceberg's "fail missing
+    delete paths"); ``path`` names it."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class ProtocolViolationError(TransactionError):
@@ -214,3 +246,54 @@ class ConcurrentDeleteReadError(CommitConflictError):
 
 class ConcurrentDeleteDeleteError(CommitConflictError):
     """The winner removed a file this transaction also removes."""
+
+
+# --- maintenance -----------------------------------------------------------------------------
+
+
+class RetentionCheckError(TxnLogError):
+    """VACUUM was asked for a retention below the table's safety threshold without ``force``."""
+
+    def __init__(self, message: str, *, retention_ms: int, minimum_ms: int) -> None:
+        super().__init__(message)
+        self.retention_ms = retention_ms
+        self.minimum_ms = minimum_ms
+
+
+class MissingFilesError(TxnLogError):
+    """RESTORE would re-add data files that no longer exist: ``paths`` names them, nothing was
+    committed."""
+
+    def __init__(self, message: str, *, paths: tuple[str, ...], version: int | None = None) -> None:
+        super().__init__(message)
+        self.paths = paths
+        self.version = version
+
+
+class TagNotFoundError(TxnLogError):
+    """No tag ``name`` on the table."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class TagAlreadyExistsError(TxnLogError):
+    """A tag ``name`` already exists (tags are immutable: delete it first)."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class ConsumerNotFoundError(TxnLogError):
+    """No consumer ``consumer_id`` on the table."""
+
+    def __init__(self, message: str, *, consumer_id: str) -> None:
+        super().__init__(message)
+        self.consumer_id = consumer_id
+
+
+class ExpiryFailedError(TxnLogError):
+    """The background log expiry started after an earlier commit failed; ``__cause__`` is its
+    error. Reported on the next commit's ``hook_failures``, never failing a commit."""

@@ -18,25 +18,30 @@ from __future__ import annotations
 import decimal
 import logging
 import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.acero as acero
 import pyarrow.compute as pc
-import pyarrow.json as pa_json
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 
-from txnlog import properties as props
 from txnlog.errors import InvalidPredicateError
+from txnlog.file_facts import (
+    has_min_max,
+    parse_partition_column,
+    parse_stats,
+    physical_name,
+    physical_names,
+    stats_leaf,
+    stats_type,
+    string_converter,
+)
 from txnlog.log.file_actions import FILES_SCHEMA
-from txnlog.schema import delta_field_metadata
 
 logger = logging.getLogger(__name__)
-
-PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 
 # Decimals with at most this many digits survive a round trip through a double.
 _EXACT_DOUBLE_DIGITS = 15
@@ -46,10 +51,12 @@ _MAX_IN_VALUES_FOR_STATS = 32
 _MILLISECOND_IN_UNIT = {"s": 1, "ms": 1, "us": 1_000, "ns": 1_000_000}
 _US_TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
 _US_TIMESTAMP = pa.timestamp("us")
-# A quoted NaN or infinity as a JSON value.
-_QUOTED_NON_FINITE = r':\s*"(NaN|-?Infinity)"'
-# A time of day, then an offset: tells ISO strings with a zone from naive ones.
-_ZONE_SUFFIX = r"\d{2}:\d{2}(:\d{2}(\.\d*)?)?\s*(Z|[+-]\d{2}(:?\d{2})?)$"
+# Deeper nesting (parentheses, NOT chains) is refused: the SQL parser recurses per level.
+MAX_PREDICATE_NESTING = 32
+# Longer predicates are refused rather than parsed.
+MAX_PREDICATE_TOKENS = 200_000
+# More conditions than this are refused: Arrow crashes evaluating expressions of ~20,000 terms.
+MAX_PREDICATE_TERMS = 4_096
 
 
 class _SparkQuotedIdentifiers(Spark):
@@ -102,7 +109,7 @@ class _Node:
 
     __slots__ = ()
 
-    def leaves(self) -> Iterator["_Node"]:
+    def leaves(self) -> Iterator[_Node]:
         yield self
 
     def expr(self, physical: bool) -> pc.Expression:  # pragma: no cover - abstract
@@ -131,10 +138,14 @@ class _Junction(_Node):
             yield from child.leaves()
 
     def expr(self, physical: bool) -> pc.Expression:
-        out = self.children[0].expr(physical)
-        for child in self.children[1:]:
-            out = type(self).kleene(out, child.expr(physical))  # type: ignore[attr-defined]
-        return out
+        # Pairwise, so that thousands of terms make a tree of logarithmic depth: Arrow evaluates
+        # expressions recursively.
+        level = [child.expr(physical) for child in self.children]
+        kleene = type(self).kleene  # type: ignore[attr-defined]
+        while len(level) > 1:
+            paired = [kleene(a, b) for a, b in zip(level[::2], level[1::2])]
+            level = paired + level[len(paired) * 2 :]
+        return level[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,75 +285,11 @@ def _trues(n: int) -> pa.Array:
 
 
 def _is_number(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
 
 
 def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
-
-
-def _parse_timestamps(strings: pa.Array, target: pa.DataType) -> pa.Array:
-    """ISO-8601 or Delta's ``YYYY-MM-DD HH:MM:SS[.ffffff]`` text as ``target``.
-
-    Text without a zone is UTC (what the protocol recommends writers use).
-    """
-    strings = pc.utf8_trim_whitespace(strings)
-    zoned = pc.fill_null(pc.match_substring_regex(strings, _ZONE_SUFFIX), False)
-    null_str = pa.scalar(None, pa.string())
-    aware = pc.cast(pc.if_else(zoned, strings, null_str), _US_TIMESTAMP_UTC)
-    naive = pc.cast(pc.cast(pc.if_else(zoned, null_str, strings), _US_TIMESTAMP), _US_TIMESTAMP_UTC)
-    return pc.cast(pc.if_else(zoned, aware, naive), target)
-
-
-def _convert_tolerant(
-    values: pa.Array, convert: Callable[[pa.Array], pa.Array], target: pa.DataType
-) -> tuple[pa.Array, pa.Array]:
-    """``convert(values)``, with the values it cannot convert null and flagged in a mask.
-
-    One vectorized call in the common case; on failure the input is bisected, so k bad values cost
-    O(k log n) calls rather than a Python loop over every value.
-    """
-    try:
-        return convert(values), _falses(len(values))
-    except (pa.ArrowInvalid, ValueError, OverflowError):
-        if len(values) <= 1:
-            return pa.nulls(len(values), target), _trues(len(values))
-    mid = len(values) // 2
-    left, left_bad = _convert_tolerant(values.slice(0, mid), convert, target)
-    right, right_bad = _convert_tolerant(values.slice(mid), convert, target)
-    return pa.concat_arrays([left, right]), pa.concat_arrays([left_bad, right_bad])
-
-
-def _string_converter(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
-    if pa.types.is_timestamp(target):
-        return lambda a: _parse_timestamps(a, target)
-    return lambda a: pc.cast(pc.utf8_trim_whitespace(a), target)
-
-
-def _parse_partition_values(strings: pa.Array, target: pa.DataType) -> tuple[pa.Array, pa.Array]:
-    """Serialized partition values as ``target``, and a mask of the ones that do not parse.
-
-    An empty string is NULL for every type (the protocol's rule, Spark's behaviour for strings).
-    """
-    strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
-    if _is_string(target):
-        return pc.cast(strings, target), _falses(len(strings))
-    if pa.types.is_binary(target) or pa.types.is_large_binary(target):
-        # Bytes are serialized one character each: only ASCII ones survive UTF-8 unchanged.
-        return pc.cast(strings, target), pc.invert(pc.fill_null(pc.string_is_ascii(strings), True))
-    return _convert_tolerant(strings, _string_converter(target), target)
-
-
-def _stats_read_type(t: pa.DataType) -> pa.DataType | None:
-    """The type stats min/max of a column are read as from JSON; None when not used for skipping."""
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return t
-    if pa.types.is_floating(t) or pa.types.is_decimal(t):
-        # JSON numbers; delta-rs writes decimals through a double.
-        return pa.float64()
-    if _is_string(t) or pa.types.is_date(t) or pa.types.is_timestamp(t):
-        return pa.string()
-    return None
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 def _has_stats(column: _Column) -> bool:
@@ -426,146 +373,30 @@ class _ColumnStats:
 
 def _column_stats(column: _Column, minimum: pa.Array | None, maximum: pa.Array | None,
                   null_count: pa.Array, num_records: pa.Array) -> _ColumnStats:
-    """Typed, widened bounds from the raw JSON-read min/max of one column."""
+    """Widened bounds from the typed min/max of one column (see :func:`parse_stats`)."""
     t = column.type
     if minimum is None or maximum is None:
         return _ColumnStats("none", None, None, null_count, num_records)
     if pa.types.is_timestamp(t):
-        low, _ = _convert_tolerant(minimum, _string_converter(t), t)
-        high, _ = _convert_tolerant(maximum, _string_converter(t), t)
         slack = pa.scalar(_MILLISECOND_IN_UNIT[t.unit], pa.duration(t.unit))
         # Truncated to milliseconds (and rounded towards zero by some writers before 1970).
-        return _ColumnStats("timestamp", pc.subtract(low, slack), pc.add(high, slack), null_count, num_records)
-    if pa.types.is_date(t):
-        low, _ = _convert_tolerant(minimum, _string_converter(t), t)
-        high, _ = _convert_tolerant(maximum, _string_converter(t), t)
-        return _ColumnStats("exact", low, high, null_count, num_records)
-    if pa.types.is_decimal(t):
-        if t.precision <= _EXACT_DOUBLE_DIGITS:
-            # The nearest double of such a decimal rounds back to it: the stats are exact.
-            low, _ = _convert_tolerant(minimum, lambda a: pc.cast(a, t), t)
-            high, _ = _convert_tolerant(maximum, lambda a: pc.cast(a, t), t)
-            return _ColumnStats("exact", low, high, null_count, num_records)
-        low, high = _widen_float(minimum, -1), _widen_float(maximum, 1)
-        return _ColumnStats("decimal", low, high, null_count, num_records)
+        return _ColumnStats("timestamp", pc.subtract(minimum, slack), pc.add(maximum, slack), null_count, num_records)
+    if pa.types.is_decimal(t) and t.precision > _EXACT_DOUBLE_DIGITS:
+        # Written through a double by some writers: only a widened double interval is a bound.
+        low, high = (pc.cast(a, pa.float64()) for a in (minimum, maximum))
+        return _ColumnStats("decimal", _widen_float(low, -1), _widen_float(high, 1), null_count, num_records)
     if pa.types.is_floating(t):
-        # Rounding the JSON's shortest decimal gives back the written float32 exactly.
-        low, high = (pc.cast(a, t, safe=False) for a in (minimum, maximum))
-        return _ColumnStats("float", low, high, null_count, num_records)
+        return _ColumnStats("float", minimum, maximum, null_count, num_records)
     if _is_string(t):
         # A truncated max is a prefix bound. Drop tie-breaker characters some writers append
         # (U+FFFF sorts below supplementary characters in UTF-8 order, so it is no bound).
         high = pc.utf8_rtrim(maximum, characters="\uffff\ufffd")
         return _ColumnStats("string", minimum, high, null_count, num_records)
+    # Integers, booleans, dates, and decimals whose nearest double rounds back to them: exact.
     return _ColumnStats("exact", minimum, maximum, null_count, num_records)
 
 
-def _read_json_lines(lines: pa.Array, schema: pa.Schema) -> pa.Table:
-    """One row per JSON document in ``lines`` (no raw newlines inside), read with ``schema``.
-
-    A document that does not parse, or does not fit the schema, gives a row of nulls (unknown
-    stats). Bad documents are isolated by bisection, within a budget: past it, whole failing
-    slices become unknown rather than costing one read per document.
-    """
-    budget = [max(64, len(lines) // 1000)]
-
-    def nulls(n: int) -> pa.Table:
-        return pa.table({f.name: pa.nulls(n, f.type) for f in schema}, schema=schema)
-
-    def read(part: pa.Array) -> pa.Table:
-        table = _try_read_json(part, schema)
-        if table is not None:
-            return table
-        if len(part) == 1 or budget[0] <= 0:
-            budget[0] -= 1
-            if budget[0] == -1:
-                logger.warning("many stats strings do not parse with the expected types; those files are kept")
-            logger.debug("unreadable stats treated as unknown: %.200s", part[0].as_py())
-            return nulls(len(part))
-        mid = len(part) // 2
-        return pa.concat_tables([read(part.slice(0, mid)), read(part.slice(mid))])
-
-    return read(lines) if len(lines) else schema.empty_table()
-
-
-def _try_read_json(lines: pa.Array, schema: pa.Schema) -> pa.Table | None:
-    """``lines`` joined by newlines and read in one vectorized call; None if any does not fit."""
-    sep, empty = pa.scalar("\n", pa.large_string()), pa.scalar("", pa.large_string())
-    joined = pc.binary_join_element_wise(pc.cast(lines, pa.large_string()), sep, empty)
-    # The joined array's data buffer is the newline-delimited text: read it without a copy.
-    offsets = pa.Array.from_buffers(pa.int64(), len(joined) + 1, [None, joined.buffers()[1]], offset=joined.offset)
-    data = joined.buffers()[2][offsets[0].as_py() : offsets[-1].as_py()]
-    longest = pc.max(pc.binary_length(joined)).as_py()
-    options = pa_json.ReadOptions(use_threads=True, block_size=max(1 << 20, 2 * longest))
-    parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    try:
-        table = pa_json.read_json(pa.BufferReader(data), read_options=options, parse_options=parse)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
-    # A blank document is skipped by the reader: the row count would not line up.
-    return table.select(schema.names).cast(schema) if table.num_rows == len(lines) else None
-
-
-def _normalize_stats(raw: pa.Array) -> pa.Array:
-    """Stats strings as one-line JSON documents, ``{}`` where missing."""
-    lines = pc.if_else(pc.fill_null(pc.equal(raw, ""), True), pa.scalar("{}"), raw)
-    if pc.any(pc.match_substring_regex(lines, "[\r\n]")).as_py():
-        # Raw newlines can only be JSON whitespace (inside strings they are escaped).
-        lines = pc.replace_substring_regex(lines, "[\r\n]", " ")
-    if pc.any(pc.match_substring_regex(lines, _QUOTED_NON_FINITE)).as_py():
-        # Spark writes NaN and infinite doubles as strings; the JSON reader takes them bare.
-        lines = pc.replace_substring_regex(lines, _QUOTED_NON_FINITE, ":\\1")
-    return lines
-
-
-def _nested_field(table_or_struct: pa.Table | pa.Array, path: Sequence[str]) -> pa.Array:
-    """A leaf of nested struct columns, null wherever a parent is null."""
-    arr = table_or_struct.column(path[0]).combine_chunks() if isinstance(table_or_struct, pa.Table) else table_or_struct
-    for name in path[1:]:
-        arr = pc.struct_field(arr, name)
-    return arr
-
-
-def _stats_schema(columns: Sequence[_Column]) -> pa.Schema:
-    """The JSON read schema of ``numRecords`` plus min/max/nullCount of ``columns``."""
-
-    def tree(leaf_type: Callable[[_Column], pa.DataType | None]) -> pa.DataType | None:
-        root: dict[str, object] = {}
-        for c in columns:
-            t = leaf_type(c)
-            if t is None:
-                continue
-            node = root
-            for name in c.physical[:-1]:
-                node = node.setdefault(name, {})  # type: ignore[assignment]
-            node[c.physical[-1]] = t
-
-        def to_type(node: dict[str, object]) -> pa.DataType:
-            fields = [(k, to_type(v) if isinstance(v, dict) else v) for k, v in node.items()]
-            return pa.struct(fields)  # type: ignore[arg-type]
-
-        return to_type(root) if root else None
-
-    fields = [pa.field("numRecords", pa.int64())]
-    for name, leaf in (
-        ("nullCount", lambda c: pa.int64()),
-        ("minValues", lambda c: _stats_read_type(c.type)),
-        ("maxValues", lambda c: _stats_read_type(c.type)),
-    ):
-        t = tree(leaf)
-        if t is not None:
-            fields.append(pa.field(name, t))
-    return pa.schema(fields)
-
-
 # --- the public class --------------------------------------------------------------------------
-
-
-def physical_names(schema: pa.Schema, configuration: Mapping[str, str]) -> dict[str, str] | None:
-    """Logical -> physical name of each top-level column when column mapping is on, else None."""
-    if props.COLUMN_MAPPING_MODE.get(configuration) == "none":
-        return None
-    return {f.name: delta_field_metadata(f).get(PHYSICAL_NAME_KEY, f.name) for f in schema}
 
 
 class FilePredicate:
@@ -589,13 +420,19 @@ class FilePredicate:
         self._column_mapping = physical_names is not None
         self._physical_names = dict(physical_names or {})
         self.partition_columns = tuple(self._resolve_top(p, where="partition column").name for p in partition_columns)
+        self._check_shape()
         try:
             parsed = sqlglot.parse_one(sql, read=_SparkQuotedIdentifiers)
+            if not isinstance(parsed, exp.Expression):
+                raise self._error("is empty")
+            self._tree = self._build(parsed, negated=False)
         except sqlglot.errors.SqlglotError as e:
             raise self._error(f"cannot parse: {str(e).splitlines()[0]}") from None
-        if parsed is None:
-            raise self._error("is empty")
-        self._tree = self._build(parsed, negated=False)
+        except RecursionError:
+            raise self._error(f"nests too deeply (at most {MAX_PREDICATE_NESTING} levels are accepted)") from None
+        terms = sum(1 for _ in self._tree.leaves())
+        if terms > MAX_PREDICATE_TERMS:
+            raise self._error(f"has too many conditions ({terms}; at most {MAX_PREDICATE_TERMS} are accepted)")
         self.columns: frozenset[str] = frozenset(c.name for c in _node_columns(self._tree))
         self._check_evaluable()
 
@@ -631,6 +468,26 @@ class FilePredicate:
     def _error(self, what: str) -> InvalidPredicateError:
         return InvalidPredicateError(f"predicate {self.sql!r} {what}", predicate=self.sql)
 
+    def _check_shape(self) -> None:
+        """Refuse predicates too deep or too long to parse, before the (recursive) parser sees them."""
+        try:
+            tokens = _SparkQuotedIdentifiers().tokenize(self.sql)
+        except sqlglot.errors.SqlglotError as e:
+            raise self._error(f"cannot parse: {str(e).splitlines()[0]}") from None
+        if len(tokens) > MAX_PREDICATE_TOKENS:
+            raise self._error(f"is too long ({len(tokens)} tokens; at most {MAX_PREDICATE_TOKENS} are accepted)")
+        depth = deepest = nots = 0
+        for token in tokens:
+            kind = token.token_type
+            if kind == sqlglot.TokenType.L_PAREN:
+                depth += 1
+            elif kind == sqlglot.TokenType.R_PAREN:
+                depth -= 1
+            nots = nots + 1 if kind == sqlglot.TokenType.NOT else 0
+            deepest = max(deepest, depth + nots)
+        if deepest > MAX_PREDICATE_NESTING:
+            raise self._error(f"nests too deeply ({deepest} levels; at most {MAX_PREDICATE_NESTING} are accepted)")
+
     def _resolve_top(self, name: str, where: str = "column") -> pa.Field:
         field = self._by_lower.get(name.lower())
         if field is None:
@@ -660,8 +517,7 @@ class FilePredicate:
                 raise self._error(f"refers to unknown field '{name}' of struct column '{'.'.join(path)}'")
             field = child
             path.append(field.name)
-            nested = delta_field_metadata(field).get(PHYSICAL_NAME_KEY) if self._column_mapping else None
-            physical.append(nested or field.name)
+            physical.append(physical_name(field, self._column_mapping) if self._column_mapping else field.name)
         return _Column(path[0], tuple(path), tuple(physical), field.type)
 
     def _build(self, e: exp.Expression, negated: bool) -> _Node:
@@ -671,9 +527,22 @@ class FilePredicate:
         if isinstance(e, exp.Not):
             return self._build(e.this, not negated)
         if isinstance(e, (exp.And, exp.Or)):
-            parts = [self._build(e.this, negated), self._build(e.expression, negated)]
+            # A chain of one connective is flattened without recursion: the parser makes
+            # ``a AND b AND c ...`` a left-deep tree as deep as it is long.
+            kind = type(e)
+            operands: list[exp.Expression] = []
+            pending: list[exp.Expression] = [e]
+            while pending:
+                item = pending.pop()
+                while isinstance(item, exp.Paren):
+                    item = item.this
+                if type(item) is kind:
+                    pending.extend((item.expression, item.this))
+                else:
+                    operands.append(item)
+            parts = [self._build(operand, negated) for operand in operands]
             # De Morgan: NOT (a AND b) is TRUE exactly where NOT a or NOT b is TRUE.
-            return _and(parts) if isinstance(e, exp.And) != negated else _or(parts)
+            return _and(parts) if (kind is exp.And) != negated else _or(parts)
         if isinstance(e, exp.Boolean):
             return _Const(bool(e.this) != negated)
         if isinstance(e, exp.Null):
@@ -910,7 +779,7 @@ class FilePredicate:
             return value
         try:
             if _is_string(value.type) and not _is_string(target) and not pa.types.is_binary(target):
-                out = _string_converter(target)(pa.array([value.as_py()], pa.string()))[0]
+                out = string_converter(target)(pa.array([value.as_py()], pa.string()))[0]
             elif pa.types.is_decimal(target) and _is_number(value.type):
                 # Through Python's Decimal: Arrow wants 19 digits for any int64 -> decimal cast.
                 out = pa.scalar(decimal.Decimal(str(value.as_py())), target)
@@ -990,7 +859,7 @@ class _FileEvaluator:
             for name, column in sorted(referenced.items()):
                 key = pa.scalar(column.physical[0], pa.string())
                 raw = pc.map_lookup(values, key, "first") if self.n else pa.array([], pa.string())
-                arrays[name], unknown = _parse_partition_values(raw, column.type)
+                arrays[name], unknown = parse_partition_column(raw, column.type)
                 self._partition_unknown[name] = unknown
                 if pc.any(unknown).as_py():
                     logger.warning(
@@ -1014,26 +883,19 @@ class _FileEvaluator:
         columns = {
             c.path: c for c in _node_columns(self.predicate._tree) if c.name not in self._partition and _has_stats(c)
         }
-        schema = _stats_schema(list(columns.values()))
-        raw = self._column_of("stats")
-        if self.n == 0 or raw.null_count == self.n:
-            table = pa.table({f.name: pa.nulls(self.n, f.type) for f in schema}, schema=schema)
-        else:
-            table = _read_json_lines(_normalize_stats(raw), schema)
-        self._num_records = table.column("numRecords").combine_chunks()
+        target = stats_type(
+            self.predicate.schema, list(columns), mapped=self.predicate._column_mapping
+        )
+        parsed = parse_stats(self._column_of("stats"), target)
+        self._num_records = stats_leaf(parsed, ("numRecords",))
         stats: dict[tuple[str, ...], _ColumnStats] = {}
-        names = set(schema.names)
         for path, column in columns.items():
-            null_count = (
-                _nested_field(table, ("nullCount", *column.physical))
-                if "nullCount" in names
-                else pa.nulls(self.n, pa.int64())
-            )
+            null_count = stats_leaf(parsed, ("nullCount", *column.physical))
             minimum = maximum = None
-            if _stats_read_type(column.type) is not None and "minValues" in names and "maxValues" in names:
-                minimum = _nested_field(table, ("minValues", *column.physical))
-                maximum = _nested_field(table, ("maxValues", *column.physical))
-            stats[path] = _column_stats(column, minimum, maximum, null_count, self._num_records)
+            if has_min_max(column.type):
+                minimum = stats_leaf(parsed, ("minValues", *column.physical))
+                maximum = stats_leaf(parsed, ("maxValues", *column.physical))
+            stats[path] = _column_stats(column, minimum, maximum, null_count.cast(pa.int64()), self._num_records)
         self._stats = stats
         return stats
 

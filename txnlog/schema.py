@@ -7,11 +7,13 @@ invariants, generation expressions...) JSON-encoded under ``b"delta.metadata"``.
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
+from txnlog import properties as props
 from txnlog.errors import SchemaError
 
 FIELD_METADATA_KEY = b"delta.metadata"
@@ -134,7 +136,8 @@ def arrow_to_delta_schema(schema: pa.Schema) -> str:
 
 def delta_field_metadata(field: pa.Field) -> dict[str, Any]:
     if field.metadata and FIELD_METADATA_KEY in field.metadata:
-        return orjson.loads(field.metadata[FIELD_METADATA_KEY])
+        value = orjson.loads(field.metadata[FIELD_METADATA_KEY])
+        return value if isinstance(value, dict) else {}
     return {}
 
 
@@ -143,8 +146,6 @@ def assign_column_mapping(schema_string: str, start_id: int = 0) -> tuple[str, i
 
     Returns the new schemaString and the highest id used (``delta.columnMapping.maxColumnId``).
     """
-    import uuid
-
     next_id = start_id
 
     def visit_type(t: Any) -> Any:
@@ -160,12 +161,12 @@ def assign_column_mapping(schema_string: str, start_id: int = 0) -> tuple[str, i
     def visit_field(f: dict[str, Any]) -> dict[str, Any]:
         nonlocal next_id
         meta = dict(f.get("metadata") or {})
-        if "delta.columnMapping.id" not in meta:
+        if props.COLUMN_MAPPING_ID_KEY not in meta:
             next_id += 1
-            meta["delta.columnMapping.id"] = next_id
-            meta["delta.columnMapping.physicalName"] = f"col-{uuid.uuid4()}"
+            meta[props.COLUMN_MAPPING_ID_KEY] = next_id
+            meta[props.PHYSICAL_NAME_KEY] = f"col-{uuid.uuid4()}"
         else:
-            next_id = max(next_id, int(meta["delta.columnMapping.id"]))
+            next_id = max(next_id, int(meta[props.COLUMN_MAPPING_ID_KEY]))
         return {**f, "type": visit_type(f["type"]), "metadata": meta}
 
     obj = orjson.loads(schema_string)

@@ -23,6 +23,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 import txnlog
+from txnlog.errors import StorageError
 from txnlog.errors import TxnLogError
 from txnlog.log import checkpoint_writer
 from txnlog.log.actions import DomainMetadata, Protocol, RemoveFile, Txn
@@ -489,7 +490,7 @@ def test_a_failed_write_leaves_nothing(
 
     monkeypatch.setattr(checkpoint_writer._AddEncoder, "encode", failing_encode)
 
-    with pytest.raises(OSError, match="injected"):
+    with pytest.raises(StorageError, match="injected"):  # an OSError leaves the store as a StorageError
         write_checkpoint(txnlog.Table(writer.uri).snapshot())
 
     assert _log_files(writer.uri) == before

@@ -30,7 +30,8 @@ from txnlog.log.actions import (
     Sidecar,
     Txn,
 )
-from txnlog.log.file_actions import file_keys, key_of, table_from_log_dicts
+from txnlog.file_facts import file_keys
+from txnlog.log.file_actions import table_from_log_dicts
 from txnlog.log.filenames import commit_path
 
 T0 = 1_700_000_000_000
@@ -160,19 +161,16 @@ _dvs = st.one_of(
 
 @given(st.lists(st.tuples(st.text(min_size=1, max_size=20).filter(lambda s: "\x00" not in s), _dvs), max_size=6))
 def test_file_key_agrees_across_representations(files: list[tuple[str, DeletionVectorDescriptor | None]]) -> None:
-    """AddFile.key, key_of on a JSON body and file_keys on an Arrow table name the same file,
-    as PROTOCOL.md's (path, deletionVector.uniqueId)."""
+    """file_keys names each file as PROTOCOL.md's (path, deletionVector.uniqueId): the path, and
+    the DV's unique id after a NUL when there is one."""
     adds = [AddFile(path, {}, 1, T0, deletion_vector=dv) for path, dv in files]
     bodies = [codec.encode_action(a)["add"] for a in adds]
     arrow_keys = file_keys(table_from_log_dicts(bodies, "add")).to_pylist()
-    for add, body, arrow_key in zip(adds, bodies, arrow_keys):
-        path, uid = add.key
-        if add.deletion_vector is None:
-            assert uid is None
-        else:
-            dv = add.deletion_vector
-            assert uid == f"{dv.storage_type}{dv.path_or_inline_dv}" + (f"@{dv.offset}" if dv.offset is not None else "")
-        assert key_of(body) == arrow_key == (path if uid is None else f"{path}\x00{uid}")
+    for add, arrow_key in zip(adds, arrow_keys):
+        dv = add.deletion_vector
+        uid = None if dv is None else f"{dv.storage_type}{dv.path_or_inline_dv}" + (f"@{dv.offset}" if dv.offset is not None else "")
+        assert uid == (dv.unique_id if dv else None)
+        assert arrow_key == (add.path if uid is None else f"{add.path}\x00{uid}")
 
 
 # --- delta-rs reads what the codec writes ------------------------------------------------------

@@ -83,18 +83,26 @@ def test_random_commits_parse_the_same_both_ways(log_writer, monkeypatch):
     live: set[str] = set()
     for version in range(1, 12):
         actions = []
+        used: set[str] = set()  # one action per logical file and per appId in a commit (PROTOCOL.md)
         for _ in range(rng.randint(1, 40)):
             path = f"part={rng.choice('ab')}/f{rng.randint(0, 30)}.parquet"
             choice = rng.random()
+            if choice < 0.7 and path in used:
+                continue
             if choice < 0.5:
                 actions.append(_add(path, rng.choice(["a", "b", None]), stats=rng.random() < 0.8))
                 live.add(path)
+                used.add(path)
             elif choice < 0.7:
                 actions.append(_remove(path))
+                used.add(path)
             elif choice < 0.85:
-                actions += [_remove(path, dv1), _add(path, "a", dv2)]
-            else:
+                if path + "dv" not in used:
+                    actions += [_remove(path, dv1), _add(path, "a", dv2)]
+                    used.add(path + "dv")
+            elif "txn" not in used:
                 actions.append({"txn": {"appId": "app", "version": version}})
+                used.add("txn")
         w.commit(version, *actions)
     for version in (3, 7, 11):
         row_wise, columnar = both_ways(monkeypatch, w.uri, version)

@@ -42,7 +42,7 @@ def test_create_writes_protocol_1_2_and_metadata(tmp_path):
 
 
 def test_create_modes(tmp_path):
-    t = Table.create(tmp_path / "t", SCHEMA)
+    t = Table.create(tmp_path / "t", SCHEMA, partition_by=["region"])
     with t.transaction() as txn:
         txn.add_files([make_file("EU", 1, 2)])
     with pytest.raises(TableAlreadyExistsError):
@@ -163,7 +163,7 @@ def test_ambiguous_write_that_did_not_land_is_retried(table, monkeypatch):
 
 
 def test_append_only_refuses_data_removes_but_allows_compaction(tmp_path):
-    t = Table.create(tmp_path / "t", SCHEMA, properties={"delta.appendOnly": "true"})
+    t = Table.create(tmp_path / "t", SCHEMA, partition_by=["region"], properties={"delta.appendOnly": "true"})
     with t.transaction() as txn:
         txn.add_files([make_file("EU", 1, 2)])
     txn = t.transaction("DELETE")
@@ -182,7 +182,7 @@ def test_unsupported_writer_feature_is_refused(tmp_path):
         Table.create(tmp_path / "new", SCHEMA, properties={"delta.feature.rowTracking": "supported"})
     assert not Table(tmp_path / "new").exists()
     # A table another engine upgraded to rowTracking: reading is fine, committing is refused.
-    t = Table.create(tmp_path / "t", SCHEMA)
+    t = Table.create(tmp_path / "t", SCHEMA, partition_by=["region"])
     (tmp_path / "t" / "_delta_log" / "00000000000000000001.json").write_bytes(
         b'{"protocol":{"minReaderVersion":1,"minWriterVersion":7,"writerFeatures":["appendOnly","invariants","rowTracking"]}}\n'
     )
@@ -194,7 +194,7 @@ def test_unsupported_writer_feature_is_refused(tmp_path):
 
 
 def test_table_with_unknown_writer_version_is_refused(tmp_path):
-    t = Table.create(tmp_path / "t", SCHEMA)
+    t = Table.create(tmp_path / "t", SCHEMA, partition_by=["region"])
     path = tmp_path / "t" / "_delta_log" / "00000000000000000001.json"
     path.write_bytes(b'{"protocol":{"minReaderVersion":1,"minWriterVersion":8}}\n')
     txn = t.transaction()
@@ -204,7 +204,7 @@ def test_table_with_unknown_writer_version_is_refused(tmp_path):
 
 
 def test_idempotent_app_transactions(tmp_path):
-    t = Table.create(tmp_path / "t", SCHEMA)
+    t = Table.create(tmp_path / "t", SCHEMA, partition_by=["region"])
     batch = pa.table({"id": [1, 2], "region": ["EU", "US"], "amount": [1.0, 2.0]})
     assert t.append(batch, app_id="stream", app_version=0) == 1
     assert t.append(batch, app_id="stream", app_version=0) is None  # replay of batch 0: no-op
@@ -231,7 +231,7 @@ def test_write_rejects_data_that_does_not_fit_the_schema(table):
 
 
 def test_in_commit_timestamps_are_monotonic(tmp_path):
-    t = Table.create(tmp_path / "t", SCHEMA, properties={"delta.enableInCommitTimestamps": "true"})
+    t = Table.create(tmp_path / "t", SCHEMA, partition_by=["region"], properties={"delta.enableInCommitTimestamps": "true"})
     for i in range(3):
         with t.transaction() as txn:
             txn.add_files([make_file("EU", i, i)])
@@ -257,7 +257,7 @@ def test_failing_hook_does_not_fail_the_commit(table):
 
 
 def test_checkpoint_hook_runs_every_interval(tmp_path):
-    t = Table.create(tmp_path / "t", SCHEMA, properties={"delta.checkpointInterval": "3"})
+    t = Table.create(tmp_path / "t", SCHEMA, partition_by=["region"], properties={"delta.checkpointInterval": "3"})
     for i in range(7):
         with t.transaction() as txn:
             txn.add_files([make_file("EU", i, i)])

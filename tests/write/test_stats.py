@@ -16,14 +16,12 @@ from hypothesis import strategies as st
 
 from txnlog.errors import InvalidTablePropertyError
 from txnlog.schema import FIELD_METADATA_KEY
+from txnlog.file_facts import parse_column_path, physical_path, stats_columns
 from txnlog.write.stats import (
     MAX_TIE_BREAKER,
     STRING_PREFIX_LENGTH,
     StatsCollector,
     file_stats,
-    parse_column_path,
-    physical_name_map,
-    stats_columns,
     truncate_max_string,
 )
 
@@ -182,10 +180,10 @@ def test_physical_names_key_the_json() -> None:
     schema = pa.schema(
         [pa.field("a", pa.int64(), metadata=meta("col-1")), pa.field("s", pa.struct([pa.field("x", pa.int64(), metadata=meta("col-3"))]), metadata=meta("col-2"))]
     )
-    names = physical_name_map(schema)
-    assert names == {"a": "col-1", "s": "col-2", "s.x": "col-3"}
+    assert physical_path(schema, ("s", "x"), mapped=True) == ("col-2", "col-3")
+    assert physical_path(schema, ("s", "x"), mapped=False) == ("s", "x")
     t = pa.table({"a": [1], "s": [{"x": 5}]}, schema=schema)
-    stats = parse(file_stats(t, [("a",), ("s", "x")], physical_names=names))
+    stats = parse(file_stats(t, [("a",), ("s", "x")], mapped=True))
     assert stats["minValues"] == {"col-1": 1, "col-2": {"col-3": 5}}
 
 

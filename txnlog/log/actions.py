@@ -7,10 +7,12 @@ Field names are snake_case here; the camelCase names of the JSON log live only i
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any
 
 from txnlog.errors import SchemaError
+from txnlog.schema import delta_schema_to_arrow
 
 
 def _frozen_map(m: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -23,12 +25,6 @@ class Protocol:
     min_writer_version: int
     reader_features: tuple[str, ...] | None = None
     writer_features: tuple[str, ...] | None = None
-
-    def supports_reader_features(self) -> bool:
-        return self.min_reader_version >= 3
-
-    def supports_writer_features(self) -> bool:
-        return self.min_writer_version >= 7
 
     def has_reader_feature(self, name: str) -> bool:
         return bool(self.reader_features) and name in self.reader_features  # type: ignore[operator]
@@ -68,8 +64,6 @@ class Metadata:
 @functools.lru_cache(maxsize=64)
 def _arrow_schema(schema_string: str) -> Any:
     # Schemas are immutable and parsed on every predicate and write: parse each text once.
-    from txnlog.schema import delta_schema_to_arrow
-
     return delta_schema_to_arrow(schema_string)
 
 
@@ -105,12 +99,7 @@ class AddFile:
     default_row_commit_version: int | None = None
     clustering_provider: str | None = None
 
-    @property
-    def key(self) -> tuple[str, str | None]:
-        """The logical file: (path, deletion vector unique id)."""
-        return (self.path, self.deletion_vector.unique_id if self.deletion_vector else None)
-
-    def remove(self, deletion_timestamp: int, data_change: bool = True) -> "RemoveFile":
+    def remove(self, deletion_timestamp: int, data_change: bool = True) -> RemoveFile:
         return RemoveFile(
             path=self.path,
             deletion_timestamp=deletion_timestamp,
@@ -140,9 +129,6 @@ class RemoveFile:
     base_row_id: int | None = None
     default_row_commit_version: int | None = None
 
-    @property
-    def key(self) -> tuple[str, str | None]:
-        return (self.path, self.deletion_vector.unique_id if self.deletion_vector else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +189,5 @@ class CommitInfo:
     other: Mapping[str, Any] = field(default_factory=dict)
 
 
-Action = Union[
-    Protocol, Metadata, AddFile, RemoveFile, AddCDCFile, Txn, DomainMetadata, CheckpointMetadata, Sidecar, CommitInfo
-]
-FileAction = Union[AddFile, RemoveFile]
+Action = Protocol | Metadata | AddFile | RemoveFile | AddCDCFile | Txn | DomainMetadata | CheckpointMetadata | Sidecar | CommitInfo
+FileAction = AddFile | RemoveFile

@@ -7,14 +7,14 @@ the add fields a file list shows, and the remove fields only when tombstones are
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txnlog.errors import CorruptCheckpointError, StorageError, TxnLogError
+from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
 from txnlog.log import codec
 from txnlog.log.actions import Action, Sidecar
 from txnlog.log.file_actions import (
@@ -28,6 +28,7 @@ from txnlog.log.file_actions import (
 )
 from txnlog.log.filenames import SIDECAR_DIR, CheckpointFile
 from txnlog.storage.base import LogStore
+from txnlog.storage.paths import locate
 
 NON_FILE_COLUMNS = ("protocol", "metaData", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
 
@@ -49,11 +50,9 @@ def _fail(part: CheckpointFile, what: str, cause: BaseException | None = None) -
 def _open_parquet(store: LogStore, path: str, part: CheckpointFile) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(store.open_input(path))
-    except TxnLogError:
-        raise
-    except (OSError, pa.ArrowException) as e:
-        if isinstance(e, FileNotFoundError):
-            raise _fail(part, f"{path} is missing") from e
+    except ObjectNotFoundError as e:
+        raise _fail(part, f"{path} is missing") from e
+    except (StorageError, OSError, pa.ArrowException) as e:
         raise _fail(part, f"{path}: {e}") from e
 
 
@@ -125,9 +124,17 @@ def _read_parquet_part(
     return non_file, adds, tombstones
 
 
-def _sidecar_path(sidecar: Sidecar) -> str:
-    # Sidecar paths are relative to _delta_log/_sidecars unless absolute.
-    return sidecar.path if "://" in sidecar.path else f"{SIDECAR_DIR}/{sidecar.path}"
+def sidecar_path(store: LogStore, sidecar: Sidecar, version: int) -> str:
+    """The store path of a V2 checkpoint's sidecar: relative to ``_delta_log/_sidecars`` unless
+    absolute, and never outside the table root (UnsafePathError)."""
+    path = sidecar.path if "://" in sidecar.path or sidecar.path.startswith("/") else f"{SIDECAR_DIR}/{sidecar.path}"
+    location = locate(store.root_uri, path, version=version)
+    assert location.relative is not None  # locate refuses paths outside the root without the opt-in
+    return location.relative
+
+
+def _constant(table: pa.Table) -> Callable[[], pa.Table]:
+    return lambda: table
 
 
 def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointData:
@@ -160,7 +167,7 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointD
                 inline_removes = table_from_log_dicts(remove_bodies, "remove")
             except (pa.ArrowException, KeyError, TypeError) as e:
                 raise _fail(part, f"malformed add/remove action: {e}") from e
-            tombstone_loaders.append(lambda t=inline_removes: t)
+            tombstone_loaders.append(_constant(inline_removes))
         else:
             part_non_file, part_adds, loader = _read_parquet_part(store, part.path, part)
             non_file.extend(part_non_file)
@@ -169,7 +176,7 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointD
 
     sidecars = [a for a in non_file if isinstance(a, Sidecar)]
     for sidecar in sidecars:
-        sidecar_part = CheckpointFile(_sidecar_path(sidecar), version)
+        sidecar_part = CheckpointFile(sidecar_path(store, sidecar, version), version)
         try:
             _nf, sidecar_adds, loader = _read_parquet_part(store, sidecar_part.path, sidecar_part)
         except CorruptCheckpointError as e:

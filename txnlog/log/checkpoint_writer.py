@@ -17,18 +17,20 @@ import io
 import logging
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, TxnLogError
+from txnlog.file_facts import is_column_mapped, parse_partition_values, parse_stats, partition_fields, table_stats_type
 from txnlog.log import codec
 from txnlog.log.actions import CheckpointMetadata, Metadata, Protocol, Sidecar
+from txnlog.log.checkpoint_reader import sidecar_path
 from txnlog.log.file_actions import (
     ADD_LOG_TYPE,
     DV_LOG_TYPE,
@@ -39,12 +41,9 @@ from txnlog.log.file_actions import (
 )
 from txnlog.log.filenames import LOG_DIR, SIDECAR_DIR, CheckpointFile, classic_checkpoint_path, version_prefix
 from txnlog.log.last_checkpoint import LastCheckpointHint, read_hint, write_hint
+from txnlog.log.replay import TableState
 from txnlog.log.segment import list_log
-from txnlog.schema import delta_field_metadata
 from txnlog.storage.base import LogStore
-
-if TYPE_CHECKING:
-    from txnlog.table import Snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +83,6 @@ SIDECAR_TYPE = pa.struct(
 # Checkpoint tombstones drop stats and tags (PROTOCOL.md, "Checkpoint Schema").
 REMOVE_TYPE = pa.struct([f for f in REMOVE_LOG_TYPE if f.name not in ("stats", "tags")])
 
-_PHYSICAL_NAME = "delta.columnMapping.physicalName"
-
 
 @dataclass(frozen=True)
 class CheckpointResult:
@@ -99,24 +96,27 @@ class CheckpointResult:
     size_in_bytes: int
 
 
-def write_checkpoint(snapshot: "Snapshot", *, now_ms: int | None = None) -> CheckpointResult:
-    """Checkpoint ``snapshot``'s version, then point ``_last_checkpoint`` at it (never backwards).
+def write_checkpoint(store: LogStore, state: TableState | None = None, *, now_ms: int | None = None) -> CheckpointResult:
+    """Checkpoint ``state``'s version in ``store``, then point ``_last_checkpoint`` at it (never
+    backwards).
 
     A complete checkpoint already there for that version (another writer's) is kept and
     described instead. ``now_ms`` (default: the clock) dates the tombstone and app transaction
-    retention horizons.
+    retention horizons. (``write_checkpoint(snapshot)``, the earlier form, still works.)
     """
-    store = snapshot.table.store
-    version = snapshot.version
+    if state is None:  # the earlier write_checkpoint(snapshot): anything with .store and .state
+        store, state = store.store, store.state  # type: ignore[attr-defined]
+    assert state is not None
+    version = state.version
     now = int(time.time() * 1000) if now_ms is None else now_ms
     result = _existing(store, version)
     if result is None:
         started = time.perf_counter()
-        content = _Content.of(snapshot, now)
-        if snapshot.protocol.has_writer_feature("v2Checkpoint"):
+        content = _Content.of(state, now)
+        if state.protocol.has_writer_feature("v2Checkpoint"):
             result = _write_v2(store, version, content)
         else:
-            if snapshot.table_property(props.CHECKPOINT_POLICY) == "v2":
+            if props.CHECKPOINT_POLICY.get(state.metadata.configuration) == "v2":
                 logger.warning(
                     "%s has %s=v2 but no v2Checkpoint table feature: writing a classic checkpoint "
                     "(PROTOCOL.md allows UUID-named checkpoints only with the feature)",
@@ -145,31 +145,31 @@ class _Content:
     non_file: list[dict[str, Any]]  # {column: body} rows
     files: pa.Table  # FILES_SCHEMA
     tombstones: pa.Table  # TOMBSTONES_SCHEMA, retention applied
-    add_encoder: "_AddEncoder"
+    add_encoder: _AddEncoder
 
     @classmethod
-    def of(cls, snapshot: "Snapshot", now: int) -> "_Content":
-        config = snapshot.configuration
-        rows: list[dict[str, Any]] = [codec.encode_action(snapshot.protocol), codec.encode_action(snapshot.metadata)]
+    def of(cls, state: TableState, now: int) -> _Content:
+        config = state.metadata.configuration
+        rows: list[dict[str, Any]] = [codec.encode_action(state.protocol), codec.encode_action(state.metadata)]
         txn_horizon = props.SET_TRANSACTION_RETENTION.get(config)
-        for txn in snapshot.app_transactions.values():
+        for txn in state.app_transactions.values():
             # A txn without lastUpdated cannot be dated, so it is kept.
             if txn_horizon is not None and txn.last_updated is not None and txn.last_updated < now - txn_horizon:
                 continue
             rows.append(codec.encode_action(txn))
-        rows += [codec.encode_action(d) for d in snapshot.domains.values() if not d.removed]
+        rows += [codec.encode_action(d) for d in state.domains.values() if not d.removed]
 
-        tombstones = snapshot.tombstones()
+        tombstones = state.tombstones()
         if tombstones.num_rows:
             # A tombstone without a deletionTimestamp counts as deleted at 0, i.e. expired.
             horizon = now - props.DELETED_FILE_RETENTION.get(config)
             deleted_at = pc.fill_null(tombstones.column("deletion_timestamp"), 0)
             tombstones = tombstones.filter(pc.greater_equal(deleted_at, horizon))
-        return cls(rows, snapshot.files(), tombstones, _AddEncoder(snapshot.protocol, snapshot.metadata))
+        return cls(rows, state.files, tombstones, _AddEncoder(state.protocol, state.metadata))
 
     @property
     def num_add_files(self) -> int:
-        return self.files.num_rows
+        return int(self.files.num_rows)
 
     def file_batches(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """The add rows, then the remove rows, in chunks of at most CHUNK_ROWS."""
@@ -217,31 +217,23 @@ class _AddEncoder:
     def __init__(self, protocol: Protocol, metadata: Metadata) -> None:
         config = metadata.configuration
         self.write_json = props.WRITE_STATS_AS_JSON.get(config)
-        write_struct = props.WRITE_STATS_AS_STRUCT.get(config)
-        mapped = props.COLUMN_MAPPING_MODE.get(config) != "none"
-        schema = metadata.schema if write_struct else None
+        self.metadata = metadata
         self.stats_type: pa.StructType | None = None
-        self.partition_fields: list[tuple[str, pa.Field]] = []
-        if schema is not None:
-            self.stats_type = _stats_type(
-                schema,
-                metadata.partition_columns,
-                config,
-                mapped,
-                tight_bounds=protocol.has_reader_feature("deletionVectors"),
+        self.partition_type: pa.StructType | None = None
+        if props.WRITE_STATS_AS_STRUCT.get(config):
+            schema = metadata.schema
+            self.stats_type = table_stats_type(
+                schema, metadata.partition_columns, config, tight_bounds=protocol.has_reader_feature("deletionVectors")
             )
-            by_name = {f.name: f for f in schema}
-            for col in metadata.partition_columns:
-                f = by_name.get(col)
-                if f is None:
-                    continue  # a partition column missing from the schema: the table is broken elsewhere
-                key = _physical(f, mapped)
-                self.partition_fields.append((key, pa.field(key, f.type)))
+            known = [c for c in metadata.partition_columns if c in schema.names]  # a broken table is refused elsewhere
+            fields = partition_fields(schema, known, is_column_mapped(config))
+            if fields:
+                self.partition_type = pa.struct([pa.field(key, f.type) for key, f in fields])
         fields = [f for f in ADD_LOG_TYPE if self.write_json or f.name != "stats"]
         if self.stats_type is not None:
             fields.append(pa.field("stats_parsed", self.stats_type))
-        if self.partition_fields:
-            fields.append(pa.field("partitionValues_parsed", pa.struct([f for _, f in self.partition_fields])))
+        if self.partition_type is not None:
+            fields.append(pa.field("partitionValues_parsed", self.partition_type))
         self.type = pa.struct(fields)
 
     def encode(self, batch: pa.RecordBatch) -> pa.StructArray:
@@ -249,160 +241,18 @@ class _AddEncoder:
         children = []
         for f in self.type:
             if f.name == "stats_parsed":
-                children.append(_parse_stats(batch.column("stats"), self.stats_type))  # type: ignore[arg-type]
+                assert self.stats_type is not None
+                children.append(parse_stats(batch.column("stats"), self.stats_type))
             elif f.name == "partitionValues_parsed":
-                children.append(_parse_partition_values(batch.column("partition_values"), self.partition_fields))
+                metadata = self.metadata
+                known = [c for c in metadata.partition_columns if c in metadata.schema.names]
+                parsed = parse_partition_values(
+                    batch.column("partition_values"), metadata.schema, known, metadata.configuration, physical=True
+                )
+                children.append(pa.StructArray.from_arrays([c.combine_chunks() for c in parsed.columns], fields=list(f.type)))
             else:
                 children.append(_log_child(batch, by_log_name[f.name]))
         return pa.StructArray.from_arrays(children, fields=list(self.type))
-
-
-def _physical(field: pa.Field, mapped: bool) -> str:
-    if not mapped:
-        return field.name
-    return str(delta_field_metadata(field).get(_PHYSICAL_NAME, field.name))
-
-
-def _is_variant(t: pa.DataType) -> bool:
-    return pa.types.is_struct(t) and sorted(f.name for f in t) == ["metadata", "value"] and all(
-        pa.types.is_binary(f.type) for f in t
-    )
-
-
-def _has_min_max(t: pa.DataType) -> bool:
-    """Types writers keep min/max statistics for (delta-rs includes booleans; none binary or
-    nested collections)."""
-    return (
-        pa.types.is_boolean(t)
-        or pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_date(t)
-        or pa.types.is_timestamp(t)
-    )
-
-
-def _column_path(text: str) -> tuple[str, ...]:
-    return tuple(part.strip().strip("`").lower() for part in text.split("."))
-
-
-def _stats_type(
-    schema: pa.Schema,
-    partition_columns: Sequence[str],
-    config: Any,
-    mapped: bool,
-    *,
-    tight_bounds: bool,
-) -> pa.StructType:
-    """The ``stats_parsed`` struct: the columns data skipping collects stats for (the
-    ``delta.dataSkippingStatsColumns``, else the first ``delta.dataSkippingNumIndexedCols``
-    leaf columns, partition columns excluded), by physical name."""
-    wanted_names = props.DATA_SKIPPING_STATS_COLUMNS.get(config)
-    wanted = [_column_path(c) for c in wanted_names] if wanted_names is not None else None
-    budget = [props.DATA_SKIPPING_NUM_INDEXED_COLS.get(config)]  # -1: every column
-
-    def walk(fields: Iterable[pa.Field], parent: tuple[str, ...]) -> tuple[list[pa.Field], list[pa.Field]]:
-        min_max: list[pa.Field] = []
-        null_count: list[pa.Field] = []
-        for f in fields:
-            name = _physical(f, mapped)
-            path = parent + (f.name.lower(),)
-            if pa.types.is_struct(f.type) and not _is_variant(f.type):
-                sub_min, sub_null = walk(f.type, path)
-                if sub_min:
-                    min_max.append(pa.field(name, pa.struct(sub_min)))
-                if sub_null:
-                    null_count.append(pa.field(name, pa.struct(sub_null)))
-                continue
-            if wanted is not None:
-                if not any(path[: len(w)] == w or w[: len(path)] == path for w in wanted):
-                    continue
-            elif budget[0] >= 0:
-                if budget[0] == 0:
-                    continue
-                budget[0] -= 1
-            null_count.append(pa.field(name, pa.int64()))
-            if _has_min_max(f.type):
-                min_max.append(pa.field(name, f.type))
-        return min_max, null_count
-
-    partition = set(partition_columns)
-    min_max, null_count = walk((f for f in schema if f.name not in partition), ())
-    fields = [pa.field("numRecords", pa.int64())]
-    if min_max:
-        fields += [pa.field("minValues", pa.struct(min_max)), pa.field("maxValues", pa.struct(min_max))]
-    if null_count:
-        fields.append(pa.field("nullCount", pa.struct(null_count)))
-    if tight_bounds:
-        fields.append(pa.field("tightBounds", pa.bool_()))
-    return pa.struct(fields)
-
-
-def _json_read_type(t: pa.DataType) -> pa.DataType:
-    """The type the JSON reader can produce for ``t``: dates are read as strings, then cast."""
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _json_read_type(f.type)) for f in t])
-    if pa.types.is_date(t):
-        return pa.string()
-    return t
-
-
-def _parse_stats(stats: pa.Array, target: pa.StructType) -> pa.Array:
-    """All stats strings of a chunk parsed in one ``pyarrow.json`` call with an explicit schema.
-
-    A chunk whose stats do not fit the schema (a NaN written as a string, a column whose type
-    changed...) gets null ``stats_parsed``: readers then use the JSON ``stats``.
-    """
-    n = len(stats)
-    missing = pc.or_kleene(pc.is_null(stats), pc.equal(stats, ""))
-    filled = pc.if_else(missing, pa.scalar("{}"), stats)
-    # A raw newline can only be whitespace between JSON tokens: make each object one line.
-    if pc.any(pc.match_substring(filled, "\n")).as_py():
-        filled = pc.replace_substring(filled, "\n", " ")
-    lines = pc.binary_join_element_wise(filled, "", "\n")  # each value + "\n", one contiguous buffer
-    lengths = pc.binary_length(lines)
-    total, longest = pc.sum(lengths).as_py() or 0, pc.max(lengths).as_py() or 0
-    read_schema = pa.schema([pa.field(f.name, _json_read_type(f.type)) for f in target])
-    try:
-        parsed = pa_json.read_json(
-            pa.BufferReader(lines.buffers()[2][:total]),
-            read_options=pa_json.ReadOptions(block_size=max(1 << 20, 2 * longest)),
-            parse_options=pa_json.ParseOptions(explicit_schema=read_schema, unexpected_field_behavior="ignore"),
-        )
-        if parsed.num_rows != n:
-            raise ValueError(f"{parsed.num_rows} stats objects for {n} files")
-        struct = pa.StructArray.from_arrays(
-            [parsed.column(i).combine_chunks() for i in range(parsed.num_columns)], fields=list(read_schema)
-        ).cast(target)
-    except (pa.ArrowException, ValueError) as e:
-        logger.warning("stats of %d files do not parse as the table schema, leaving their stats_parsed null: %s", n, e)
-        return pa.nulls(n, target)
-    return pa.StructArray.from_arrays(struct.flatten(), fields=list(target), mask=missing)
-
-
-def _parse_partition_value_strings(values: pa.Array, t: pa.DataType) -> pa.Array:
-    if pa.types.is_timestamp(t):
-        # Either "2021-01-01 00:00:00[.ffffff]" or ISO 8601 in UTC with a trailing Z.
-        naive = pc.replace_substring_regex(values, "Z$", "").cast(pa.timestamp(t.unit))
-        return naive.cast(t)
-    if pa.types.is_binary(t):
-        return values.cast(pa.binary())
-    return values.cast(t)
-
-
-def _parse_partition_values(values: pa.Array, fields: list[tuple[str, pa.Field]]) -> pa.StructArray:
-    children = []
-    for key, field in fields:
-        raw = pc.map_lookup(values, pa.scalar(key), "first")
-        raw = pc.if_else(pc.equal(raw, ""), pa.scalar(None, pa.string()), raw)  # "" means null
-        try:
-            children.append(_parse_partition_value_strings(raw, field.type))
-        except pa.ArrowException as e:
-            logger.warning("partition values of %s do not parse as %s, leaving them null: %s", key, field.type, e)
-            children.append(pa.nulls(len(values), field.type))
-    return pa.StructArray.from_arrays(children, fields=[f for _, f in fields])
 
 
 # --- files -----------------------------------------------------------------------------------
@@ -581,7 +431,7 @@ def _describe(store: LogStore, version: int, files: list[CheckpointFile]) -> Che
         adds += part_adds
         sidecars += part_sidecars
     for sidecar in sidecars:
-        path = sidecar.path if "://" in sidecar.path else f"{SIDECAR_DIR}/{sidecar.path}"
+        path = sidecar_path(store, sidecar, version)
         rows, part_adds, _ = _parquet_counts(store, path, version)
         paths.append(path)
         actions += rows

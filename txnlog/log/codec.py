@@ -6,7 +6,9 @@ ignored on read, as the protocol requires.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import orjson
 
@@ -26,6 +28,7 @@ from txnlog.log.actions import (
     Sidecar,
     Txn,
 )
+from txnlog.log.file_actions import ADD_LOG_COLUMNS, REMOVE_LOG_COLUMNS, log_body
 
 
 class _MissingField(Exception):
@@ -57,20 +60,9 @@ def decode_dv(d: Mapping[str, Any] | None) -> DeletionVectorDescriptor | None:
     )
 
 
-def encode_dv(dv: DeletionVectorDescriptor | None) -> dict[str, Any] | None:
-    if dv is None:
-        return None
-    out: dict[str, Any] = {
-        "storageType": dv.storage_type,
-        "pathOrInlineDv": dv.path_or_inline_dv,
-        "sizeInBytes": dv.size_in_bytes,
-        "cardinality": dv.cardinality,
-    }
-    if dv.offset is not None:
-        out["offset"] = dv.offset
-    if dv.max_row_index is not None:
-        out["maxRowIndex"] = dv.max_row_index
-    return out
+def _plain(value: Any) -> Any:
+    """A deletion vector descriptor as the dict of its (snake_case) fields; anything else as is."""
+    return dataclasses.asdict(value) if isinstance(value, DeletionVectorDescriptor) else value
 
 
 def _protocol(d: Mapping[str, Any]) -> Protocol:
@@ -251,42 +243,9 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
 
 def encode_action(action: Action) -> dict[str, Any]:
     """``{kind: body}`` ready for the log."""
-    if isinstance(action, AddFile):
-        return {
-            "add": _drop_none(
-                {
-                    "path": action.path,
-                    "partitionValues": dict(action.partition_values),
-                    "size": action.size,
-                    "modificationTime": action.modification_time,
-                    "dataChange": action.data_change,
-                    "stats": action.stats,
-                    "tags": dict(action.tags) if action.tags else None,
-                    "deletionVector": encode_dv(action.deletion_vector),
-                    "baseRowId": action.base_row_id,
-                    "defaultRowCommitVersion": action.default_row_commit_version,
-                    "clusteringProvider": action.clustering_provider,
-                }
-            )
-        }
-    if isinstance(action, RemoveFile):
-        return {
-            "remove": _drop_none(
-                {
-                    "path": action.path,
-                    "deletionTimestamp": action.deletion_timestamp,
-                    "dataChange": action.data_change,
-                    "extendedFileMetadata": action.extended_file_metadata,
-                    "partitionValues": dict(action.partition_values) if action.partition_values is not None else None,
-                    "size": action.size,
-                    "stats": action.stats,
-                    "tags": dict(action.tags) if action.tags else None,
-                    "deletionVector": encode_dv(action.deletion_vector),
-                    "baseRowId": action.base_row_id,
-                    "defaultRowCommitVersion": action.default_row_commit_version,
-                }
-            )
-        }
+    if isinstance(action, (AddFile, RemoveFile)):
+        kind, columns = ("add", ADD_LOG_COLUMNS) if isinstance(action, AddFile) else ("remove", REMOVE_LOG_COLUMNS)
+        return {kind: log_body((log_name, _plain(getattr(action, col))) for log_name, col in columns)}
     if isinstance(action, Metadata):
         return {
             "metaData": _drop_none(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
-from txnlog.errors import UnsupportedFeatureError
+from txnlog import properties as props
+from txnlog.errors import InvalidTablePropertyError, UnsupportedFeatureError
 from txnlog.log.actions import Protocol
 
 MAX_READER_VERSION = 3
@@ -99,9 +100,9 @@ def writer_features(protocol: Protocol) -> frozenset[str]:
 def features_in_use(schema_string: str) -> set[str]:
     """Schema-level features a table actually uses: generated and identity columns."""
     used = set()
-    if "delta.generationExpression" in schema_string:
+    if props.GENERATION_EXPRESSION_KEY in schema_string:
         used.add("generatedColumns")
-    if "delta.identity.start" in schema_string:
+    if props.IDENTITY_START_KEY in schema_string:
         used.add("identityColumns")
     return used
 
@@ -126,43 +127,41 @@ def check_writable(protocol: Protocol, schema_string: str, where: str) -> None:
         )
 
 
-PROTOCOL_PROPERTY_PREFIXES = ("delta.feature.", "delta.minReaderVersion", "delta.minWriterVersion")
-
-
 def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protocol:
-    """The lowest protocol that supports what a new table's properties and schema ask for.
+    """The lowest protocol that supports what a table's properties and schema ask for.
 
     (1, 2) unless a property or a column type needs more; a table that needs any table feature
-    moves to (3, 7) or (1, 7) and lists every feature explicitly, legacy ones included.
+    moves to (3, 7) or (1, 7) and lists every feature explicitly, legacy ones included. Every
+    property is read through the registry, so ``Name``, ``V2`` or ``TRUE`` count as delta-spark
+    counts them.
     """
     reader: set[str] = set()
     writer: set[str] = {"appendOnly", "invariants"}
     legacy_writer = 2
     legacy_reader = 1
-    conf = dict(configuration)
-
-    def flag(key: str) -> bool:
-        return str(conf.get(key, "false")).strip().lower() == "true"
-
-    if any(k.startswith("delta.constraints.") for k in conf):
+    if props.ENABLE_ROW_TRACKING.get(configuration):
+        raise UnsupportedFeatureError(
+            f"{props.ENABLE_ROW_TRACKING.key}=true needs row ids, which txnlog does not assign", features=("rowTracking",)
+        )
+    if any(True for _ in props.CONSTRAINTS.items(configuration)):
         writer.add("checkConstraints")
         legacy_writer = max(legacy_writer, 3)
-    if flag("delta.enableChangeDataFeed"):
+    if props.ENABLE_CHANGE_DATA_FEED.get(configuration):
         writer.add("changeDataFeed")
         legacy_writer = max(legacy_writer, 4)
-    if conf.get("delta.columnMapping.mode", "none") in ("name", "id"):
+    if props.COLUMN_MAPPING_MODE.get(configuration) != "none":
         reader.add("columnMapping")
         writer.add("columnMapping")
         legacy_writer, legacy_reader = max(legacy_writer, 5), 2
     needs_features = False
-    if flag("delta.enableDeletionVectors"):
+    if props.ENABLE_DELETION_VECTORS.get(configuration):
         reader.add("deletionVectors")
         writer.add("deletionVectors")
         needs_features = True
-    if flag("delta.enableInCommitTimestamps"):
+    if props.ENABLE_IN_COMMIT_TIMESTAMPS.get(configuration):
         writer.add("inCommitTimestamp")
         needs_features = True
-    if conf.get("delta.checkpointPolicy") == "v2":
+    if props.CHECKPOINT_POLICY.get(configuration) == "v2":
         reader.add("v2Checkpoint")
         writer.add("v2Checkpoint")
         needs_features = True
@@ -170,19 +169,23 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
         reader.add("timestampNtz")
         writer.add("timestampNtz")
         needs_features = True
-    for key, value in conf.items():
-        if key.startswith("delta.feature.") and value.strip().lower() in ("supported", "enabled"):
-            name = key[len("delta.feature.") :]
-            writer.add(name)
-            if name in READER_FEATURES:
-                reader.add(name)
-            needs_features = True
+    for name, value in props.FEATURES.items(configuration):
+        if value.strip().lower() not in ("supported", "enabled"):
+            raise InvalidTablePropertyError(
+                f"table property {props.FEATURES.key(name)}={value!r} is invalid: expected 'supported'",
+                key=props.FEATURES.key(name),
+            )
+        writer.add(name)
+        if name in READER_FEATURES:
+            reader.add(name)
+        needs_features = True
     if not needs_features:
-        legacy_reader = max(legacy_reader, int(conf.get("delta.minReaderVersion", 1)))
-        legacy_writer = max(legacy_writer, int(conf.get("delta.minWriterVersion", 2)))
+        legacy_reader = max(legacy_reader, props.MIN_READER_VERSION.get(configuration))
+        legacy_writer = max(legacy_writer, props.MIN_WRITER_VERSION.get(configuration))
         if legacy_reader > 2 or legacy_writer > 6:
             raise UnsupportedFeatureError(
-                "delta.minReaderVersion 3 / delta.minWriterVersion 7 need table features: set delta.feature.<name>"
+                f"{props.MIN_READER_VERSION.key} 3 / {props.MIN_WRITER_VERSION.key} 7 need table features: "
+                f"set {props.FEATURES.prefix}<name>"
             )
         return Protocol(legacy_reader, legacy_writer)
     if reader:

@@ -7,15 +7,17 @@ A file list is an Arrow table, never a Python object per file on the hot path. T
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
-import re
+import io
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from txnlog.file_facts import encode_stats, file_keys  # noqa: F401  (file_keys: re-exported for engines)
 
 STRING_MAP = pa.map_(pa.string(), pa.string())
 
@@ -85,7 +87,7 @@ def _dv_column(child: pa.Array) -> pa.Array:
         return pa.nulls(len(child), DV_TYPE)
     names = [f.name for f in child.type]
     arrays = []
-    for (log_name, log_type), snake in zip([(f.name, f.type) for f in DV_LOG_TYPE], DV_TYPE.names):
+    for log_name, log_type in ((f.name, f.type) for f in DV_LOG_TYPE):
         arrays.append(child.field(log_name).cast(log_type) if log_name in names else pa.nulls(len(child), log_type))
     return pa.StructArray.from_arrays(arrays, names=DV_TYPE.names, mask=child.is_null())
 
@@ -100,34 +102,16 @@ def _utc_timestamps(t: pa.DataType) -> pa.DataType:
     return t
 
 
-_DECIMAL_MARK = "\x00decimal:"
-_DECIMAL_QUOTED = re.compile(r'"\\u0000decimal:([-+0-9.Ee]+)"')
-
-
-def _json_value(v: Any) -> Any:
-    """A stats_parsed value as Delta writes it in JSON stats; None means "no statistic"."""
-    if isinstance(v, dict):
-        out = {k: j for k, x in v.items() if (j := _json_value(x)) is not None}
-        return out or None
-    if isinstance(v, decimal.Decimal):
-        return f"{_DECIMAL_MARK}{v}"  # made a bare JSON number below; orjson has no Decimal
-    if isinstance(v, _dt.datetime):
-        text = v.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
-        return (text[:-3] if text.endswith("000") else text) + "Z"
-    return v
-
-
 def _stats_from_parsed(stats: pa.Array, parsed: pa.Array) -> pa.Array:
     """Fill null ``stats`` strings from ``stats_parsed`` (checkpoints written with
-    writeStatsAsJson=false), in the JSON form Delta writes: absent statistics left out, decimals
-    as numbers, timestamps as ISO-8601 UTC."""
+    writeStatsAsJson=false), in the JSON form Delta writes (:func:`encode_stats`)."""
     missing = pc.and_(pc.is_null(stats), pc.is_valid(parsed))
     if not pc.any(missing).as_py():
         return stats
     # Only the rows that need it become Python objects.
     rows = pc.indices_nonzero(missing)
     parsed = parsed.take(rows).cast(_utc_timestamps(parsed.type), safe=False)
-    filled = [_DECIMAL_QUOTED.sub(r"\1", orjson.dumps(_json_value(row) or {}).decode()) for row in parsed.to_pylist()]
+    filled = [encode_stats(row or {}) for row in parsed.to_pylist()]
     return pc.replace_with_mask(stats.cast(pa.string()), missing, pa.array(filled, pa.string()))
 
 
@@ -191,38 +175,23 @@ def table_from_log_dicts(bodies: Sequence[Mapping[str, Any]], kind: str) -> pa.T
     """Add or remove action bodies, as parsed from JSON, as a snake_case table."""
     log_type = ADD_LOG_TYPE if kind == "add" else REMOVE_LOG_TYPE
     if not bodies:
-        return (FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA).empty_table()
+        return empty_table(FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA)
     return struct_to_table(pa.array(bodies, type=log_type), kind)
 
 
-def file_keys(table: pa.Table) -> pa.Array:
-    """The logical-file key of each row: the path, plus the deletion vector's unique id if any."""
-    paths = table.column("path").combine_chunks()
-    dv = table.column("deletion_vector").combine_chunks()
-    if dv.null_count == len(dv):
-        return paths
-    dv_id = pc.binary_join_element_wise(dv.field("storage_type"), dv.field("path_or_inline_dv"), "")
-    with_offset = pc.binary_join_element_wise(dv_id, pc.cast(dv.field("offset"), pa.string()), "@")
-    dv_id = pc.if_else(pc.is_null(dv.field("offset")), dv_id, with_offset)
-    keyed = pc.binary_join_element_wise(paths, dv_id, "\x00")
-    return pc.if_else(pc.is_null(dv), paths, keyed)
+_EMPTY = {id(FILES_SCHEMA): FILES_SCHEMA.empty_table(), id(TOMBSTONES_SCHEMA): TOMBSTONES_SCHEMA.empty_table()}
 
 
-def key_of(body: Mapping[str, Any]) -> str:
-    """The same key as :func:`file_keys`, for one action body in log layout."""
-    dv = body.get("deletionVector")
-    if not dv:
-        return body["path"]
-    dv_id = f"{dv.get('storageType')}{dv.get('pathOrInlineDv')}"
-    if dv.get("offset") is not None:
-        dv_id = f"{dv_id}@{dv['offset']}"
-    return f"{body['path']}\x00{dv_id}"
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """An empty table of ``schema`` (the file layouts' are made once: tables are immutable)."""
+    found = _EMPTY.get(id(schema))
+    return found if found is not None else schema.empty_table()
 
 
 def concat(tables: Iterable[pa.Table], schema: pa.Schema) -> pa.Table:
     tables = [t for t in tables if t.num_rows]
     if not tables:
-        return schema.empty_table()
+        return empty_table(schema)
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
@@ -288,10 +257,6 @@ def _arange(n: int) -> pa.Array:
 def parse_file_actions(data: bytes, *, path: str, version: int) -> tuple[bytes, ColumnarFileActions] | None:
     """Split a large commit: its add/remove lines parsed column-wise, the rest returned as bytes
     for the row-wise parser. None when the commit needs the row-wise path (tags, odd layout)."""
-    import io
-
-    import pyarrow.json as pj
-
     lines = data.splitlines()
     file_lines: list[int] = []
     other: list[bytes] = []
@@ -326,3 +291,140 @@ def parse_file_actions(data: bytes, *, path: str, version: int) -> tuple[bytes, 
         rebuilt = pa.StructArray.from_arrays(list(children.values()), names=list(children), mask=pc.invert(valid))
         tables[kind] = (struct_to_table(rebuilt, kind), line_numbers.filter(valid))
     return b"\n".join(other), ColumnarFileActions(tables["add"][0], tables["add"][1], tables["remove"][0], tables["remove"][1])
+
+
+# --- encoding rows back to the log ------------------------------------------------------------
+
+_ENCODE_CHUNK_ROWS = 65_536
+# Up to this many rows, encoding row by row is quicker than a dozen string kernels.
+_FEW_ROWS = 64
+_DV_LOG_NAMES = dict(zip(DV_TYPE.names, DV_LOG_TYPE.names))
+
+
+ADD_LOG_COLUMNS = tuple((log_name, col) for log_name, col, _ in _ADD_FIELDS)
+REMOVE_LOG_COLUMNS = tuple((log_name, col) for log_name, col, _ in _REMOVE_FIELDS)
+
+
+def log_body(values: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """An add or remove body for the log from (log field name, value) pairs, as every writer of
+    txnlog encodes it: absent (None) fields and empty tags left out, the deletion vector's
+    fields in camelCase."""
+    body: dict[str, Any] = {}
+    for log_name, value in values:
+        if value is None or (log_name == "tags" and not value):
+            continue
+        if log_name == "deletionVector":
+            value = {_DV_LOG_NAMES[k]: v for k, v in value.items() if v is not None}
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        body[log_name] = value
+    return body
+
+
+def _python_lines(table: pa.Table, kind: str) -> list[bytes]:
+    """Rows encoded one by one through :func:`log_body` (the reference encoding)."""
+    columns = ADD_LOG_COLUMNS if kind == "add" else REMOVE_LOG_COLUMNS
+    available = set(table.column_names)
+    present = [(log_name, col) for log_name, col in columns if col in available]
+    names = [log_name for log_name, _ in present]
+    wrap_open = b'{"' + kind.encode() + b'":'
+    out: list[bytes] = []
+    for start in range(0, table.num_rows, _ENCODE_CHUNK_ROWS):
+        chunk = table.slice(start, _ENCODE_CHUNK_ROWS)
+        values = [chunk.column(col).to_pylist(maps_as_pydicts="strict") for _, col in present]
+        out += [wrap_open + orjson.dumps(log_body(zip(names, row))) + b"}" for row in zip(*values)]
+    return out
+
+
+_NEEDS_ESCAPE = r"[\x00-\x1f]"
+
+
+def _json_strings(values: pa.Array) -> pa.Array:
+    """Each string as a JSON string literal (quotes and backslashes escaped); None where
+    null. Control characters need JSON's \\u escapes: the caller takes the slow path then."""
+    escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    return pc.binary_join_element_wise('"', escaped, '"', "")
+
+
+def _json_string_map(values: pa.Array) -> pa.Array:
+    """A map<string, string> column as JSON objects (null values as ``null``); None where null."""
+    entries = values.cast(pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())])))
+    flat = pc.list_flatten(entries)
+    encoded_values = pc.fill_null(_json_strings(flat.field("value")), "null")
+    pairs = pc.binary_join_element_wise(_json_strings(flat.field("key")), encoded_values, ":")
+    offsets = entries.offsets
+    start = offsets[0].as_py()
+    rebased = pc.subtract(offsets, start) if start else offsets
+    joined = pc.binary_join(pa.ListArray.from_arrays(rebased, pairs, mask=entries.is_null()), ",")
+    return pc.binary_join_element_wise("{", joined, "}", "")
+
+
+def _has_control_characters(column: pa.Array) -> bool:
+    if pa.types.is_map(column.type):
+        flat = pc.list_flatten(column.cast(pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))))
+        return _has_control_characters(flat.field("key")) or _has_control_characters(flat.field("value"))
+    return bool(pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPE)).as_py())
+
+
+def _columnar_lines(table: pa.Table, kind: str) -> pa.Array | None:
+    """Every row as one JSON line, built with Arrow string kernels; None when a row needs what
+    only the reference encoder does (deletion vectors, control characters in strings)."""
+    columns = ADD_LOG_COLUMNS if kind == "add" else REMOVE_LOG_COLUMNS
+    n = table.num_rows
+    pieces: list[pa.Array] = []
+    for log_name, col in columns:
+        if col not in table.column_names:
+            continue
+        column = table.column(col).combine_chunks()
+        if column.null_count == n:
+            continue
+        t = column.type
+        if log_name == "deletionVector":
+            return None
+        if pa.types.is_string(t):
+            if _has_control_characters(column):
+                return None
+            encoded = _json_strings(column)
+        elif pa.types.is_map(t):
+            if _has_control_characters(column):
+                return None
+            encoded = _json_string_map(column)
+            if log_name == "tags":  # empty tags are left out, as log_body does
+                encoded = pc.if_else(pc.equal(pc.list_value_length(column.cast(pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())])))), 0), pa.scalar(None, pa.string()), encoded)
+        elif pa.types.is_boolean(t):
+            encoded = pc.if_else(column, "true", "false")
+        elif pa.types.is_integer(t):
+            encoded = pc.cast(column, pa.string())
+        else:
+            return None
+        field = pc.binary_join_element_wise(f',"{log_name}":', encoded, "")
+        pieces.append(pc.fill_null(field, ""))
+    if not pieces:
+        return None
+    body = pc.binary_join_element_wise(*pieces, "")
+    # The first piece is the path, always present: drop its leading comma.
+    return pc.binary_join_element_wise('{"' + kind + '":{', pc.utf8_slice_codeunits(body, 1), "}}", "")
+
+
+def file_action_lines(table: pa.Table, kind: str) -> list[bytes]:
+    """Each row of a snake_case add or remove table as one JSON line of the log (``{"add":
+    {...}}``), as :func:`log_body` encodes it. Large lists are encoded column-wise with Arrow
+    string kernels; rows become Python values only for what those cannot do."""
+    if not table.num_rows:
+        return []
+    if table.num_rows <= _FEW_ROWS:
+        return _python_lines(table, kind)
+    out: list[bytes] = []
+    for start in range(0, table.num_rows, _ENCODE_CHUNK_ROWS):
+        chunk = table.slice(start, _ENCODE_CHUNK_ROWS)
+        lines = _columnar_lines(chunk, kind)
+        if lines is None:
+            out += _python_lines(chunk, kind)
+            continue
+        large = pa.large_string()
+        suffixed = pc.binary_join_element_wise(pc.cast(lines, large), pa.scalar("\n", large), pa.scalar("", large))
+        # The array's data buffer is the lines, one after the other: take it without a copy.
+        offsets = pa.Array.from_buffers(pa.int64(), len(suffixed) + 1, [None, suffixed.buffers()[1]], offset=suffixed.offset)
+        blob = suffixed.buffers()[2][offsets[0].as_py() : offsets[-1].as_py()].to_pybytes()
+        out.append(blob[:-1])  # one element holding the chunk's lines, joined as the caller joins
+    return out

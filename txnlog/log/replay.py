@@ -12,22 +12,23 @@ The checkpoint's file list stays columnar: commits are applied to it with Arrow 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txnlog.errors import LogCorruptError
+from txnlog.errors import LogCorruptError, TxnLogError
+from txnlog.file_facts import file_keys, is_column_mapped, partition_fields, partition_value_keys
 from txnlog.log import codec
 from txnlog.log.actions import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_reader import read_checkpoint
 from txnlog.log.file_actions import (
     FILES_SCHEMA,
     TOMBSTONES_SCHEMA,
-    concat,
     ColumnarFileActions,
-    file_keys,
+    concat,
     parse_file_actions,
     table_from_log_dicts,
 )
@@ -46,6 +47,8 @@ class Commit:
     #: For a large commit read for replay: its add and remove actions, parsed column-wise
     #: (and then absent from ``actions``).
     columnar: ColumnarFileActions | None = None
+    #: Its file actions were already held to the protocol's rules (a commit this process wrote).
+    checked: bool = False
 
     def commit_info(self) -> CommitInfo | None:
         for obj in self.actions:
@@ -94,6 +97,13 @@ class TableState:
     domains: Mapping[str, DomainMetadata]
     files: pa.Table
     _tombstone_parts: tuple[Callable[[], pa.Table], ...] = field(repr=False, default=())
+    _keys: list[pa.Array] = field(repr=False, default_factory=list, compare=False)
+
+    def file_keys(self) -> pa.Array:
+        """The logical-file key of every live file (computed once)."""
+        if not self._keys:
+            self._keys.append(file_keys(self.files).cast(pa.string()))
+        return self._keys[0]
 
     def tombstones(self) -> pa.Table:
         """Latest remove per logical file that is not live again."""
@@ -142,6 +152,80 @@ def _missing(what: str, segment_desc: str, version: int) -> LogCorruptError:
     return LogCorruptError(f"{segment_desc}: no {what} action found at or before version {version}", version=version)
 
 
+def _corrupt(commit: Commit, what: str) -> LogCorruptError:
+    return LogCorruptError(f"{commit.path}: {what} (version {commit.version})", path=commit.path, version=commit.version)
+
+
+def _partition_keys(metadata_body: Any, metadata: Metadata | None) -> frozenset[str] | None:
+    """The keys add.partitionValues may hold under the metaData in force (physical names)."""
+    try:
+        if metadata_body is not None:
+            metadata = codec.decode_action("metaData", metadata_body)  # type: ignore[assignment]
+        if metadata is None:
+            return None
+        mapped = is_column_mapped(metadata.configuration)
+        return frozenset(key for key, _ in partition_fields(metadata.schema, metadata.partition_columns, mapped))
+    except TxnLogError:
+        return None  # a malformed metaData is reported where it is decoded
+
+
+def _check_file_actions(
+    commits: list[Commit],
+    adds: pa.Table,
+    add_seq: pa.Array,
+    removes: pa.Table,
+    remove_seq: pa.Array,
+    partition_runs: list[tuple[int, frozenset[str] | None]],
+) -> None:
+    """Rules every commit's file actions must keep (PROTOCOL.md), checked for all commits at
+    once: a size that is not negative, one action per logical file in a commit, partition values
+    only for the partition columns of the metaData in force. ``*_seq`` hold (commit index << 32 |
+    line); ``partition_runs`` (first commit index, partition keys) in commit order."""
+
+    def commit_of(seq: int) -> Commit:
+        return commits[seq >> 32]
+
+    for kind, table, seqs in (("add", adds, add_seq), ("remove", removes, remove_seq)):
+        negative = pc.fill_null(pc.less(table.column("size"), 0), False) if table.num_rows else None
+        if negative is not None and pc.any(negative).as_py():
+            first = pc.index(negative, True).as_py()
+            raise _corrupt(commit_of(seqs[first].as_py()), f"'{kind}' action for {table.column('path')[first].as_py()} has a negative size")
+    keys = pa.concat_arrays([file_keys(adds).cast(pa.string()), file_keys(removes).cast(pa.string())])
+    if len(keys) > 1 and pc.count_distinct(keys).as_py() != len(keys):
+        seqs = pa.concat_arrays([add_seq, remove_seq])
+        commit_index = pc.shift_right(seqs, 32)
+        per_commit = pc.binary_join_element_wise(keys, pc.cast(commit_index, pa.string()), "\x01")
+        if pc.count_distinct(per_commit).as_py() != len(per_commit):
+            counts = pa.table({"k": per_commit}).group_by("k").aggregate([("k", "count")])
+            dup = counts.filter(pc.greater(counts.column("k_count"), 1)).column("k")[0].as_py()
+            key, index = dup.rsplit("\x01", 1)
+            raise _corrupt(commits[int(index)], f"two file actions for {key.split(chr(0))[0]!r} in one commit")
+    if not adds.num_rows:
+        return
+    names, counts = partition_value_keys(adds.column("partition_values"))
+    if not len(names):
+        return
+    known = [allowed for _, allowed in partition_runs if allowed is not None]
+    if len(known) == len(partition_runs) and len(set(known)) == 1:  # one partitioning throughout
+        if pc.all(pc.is_in(names, value_set=pa.array(sorted(known[0]), pa.string()))).as_py():
+            return
+    offsets = pc.cumulative_sum(pa.concat_arrays([pa.array([0], counts.type), counts])).cast(pa.int32())
+    rows = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, names))
+    name_commit = pc.shift_right(add_seq.take(rows), 32)
+    for i, (start, allowed) in enumerate(partition_runs):
+        if allowed is None:
+            continue
+        end = partition_runs[i + 1][0] if i + 1 < len(partition_runs) else len(commits)
+        in_run = pc.and_(pc.greater_equal(name_commit, start), pc.less(name_commit, end))
+        bad = pc.and_(in_run, pc.invert(pc.is_in(names, value_set=pa.array(sorted(allowed), pa.string()))))
+        if pc.any(bad).as_py():
+            first = pc.index(bad, True).as_py()
+            raise _corrupt(
+                commits[name_commit[first].as_py()],
+                f"'add' action names partition column {names[first].as_py()!r}, which is not a partition column",
+            )
+
+
 def apply_commits(
     commits: list[Commit],
     *,
@@ -158,39 +242,59 @@ def apply_commits(
     doms = dict(domains)
     # Every add and remove gets a sequence number (commit index << 32 | line), so the latest
     # action per logical file can be found column-wise, whichever way its commit was parsed.
-    bodies: dict[str, list[dict[str, Any]]] = {"add": [], "remove": []}
-    seqs: dict[str, list[int]] = {"add": [], "remove": []}
-    owners: dict[str, list[int]] = {"add": [], "remove": []}
     tables: dict[str, list[pa.Table]] = {"add": [], "remove": []}
     table_seqs: dict[str, list[pa.Array]] = {"add": [], "remove": []}
     latest_protocol: tuple[Commit, Any] | None = None
     latest_metadata: tuple[Commit, Any] | None = None
+    partition_runs = [(0, _partition_keys(None, metadata))]
+    # Every file action of commits read from storage is held to the protocol's rules, at once.
+    # Parsed from JSON lines: bodies of every commit, made a table in one conversion.
+    # (commits already held to the rules, the others): their bodies, lines and commit indexes.
+    bodies: dict[bool, dict[str, list[dict[str, Any]]]] = {c: {"add": [], "remove": []} for c in (True, False)}
+    lines: dict[bool, dict[str, list[int]]] = {c: {"add": [], "remove": []} for c in (True, False)}
+    owners: dict[bool, dict[str, list[int]]] = {c: {"add": [], "remove": []} for c in (True, False)}
+    unchecked: dict[str, list[pa.Table]] = {"add": [], "remove": []}
+    unchecked_seqs: dict[str, list[pa.Array]] = {"add": [], "remove": []}
     for index, commit in enumerate(commits):
         base = index << 32
         if commit.columnar is not None:
-            _check_columnar(commit)
-            for kind, table, lines in (
+            if not commit.checked:
+                _check_columnar(commit)
+            for kind, table, numbers in (
                 ("add", commit.columnar.adds, commit.columnar.add_lines),
                 ("remove", commit.columnar.removes, commit.columnar.remove_lines),
             ):
                 if table.num_rows:
                     tables[kind].append(table)
-                    table_seqs[kind].append(pc.add(lines, base))
+                    table_seqs[kind].append(pc.add(numbers, base))
+                    if not commit.checked:
+                        unchecked[kind].append(table)
+                        unchecked_seqs[kind].append(table_seqs[kind][-1])
+        seen: dict[str, int] = {}
+        app_ids: set[str] = set()
         for line, obj in enumerate(commit.actions):
             for kind, body in obj.items():
                 try:
                     if kind in _REQUIRED_FILE_FIELDS:
                         _check_file_action(kind, body, commit)
-                        bodies[kind].append(body)
-                        seqs[kind].append(base + line)
-                        owners[kind].append(index)
-                    elif kind == "protocol":
-                        latest_protocol = (commit, body)
-                    elif kind == "metaData":
-                        latest_metadata = (commit, body)
+                        bodies[commit.checked][kind].append(body)
+                        lines[commit.checked][kind].append(base + line)
+                        owners[commit.checked][kind].append(index)
+                    elif kind in ("protocol", "metaData"):
+                        seen[kind] = seen.get(kind, 0) + 1
+                        if seen[kind] > 1:
+                            raise _corrupt(commit, f"two '{kind}' actions in one commit")
+                        if kind == "protocol":
+                            latest_protocol = (commit, body)
+                        else:
+                            latest_metadata = (commit, body)
+                            partition_runs.append((index, _partition_keys(body, None)))
                     elif kind in ("txn", "domainMetadata"):
                         action = codec.decode_action(kind, body, path=commit.path, version=commit.version)
                         if isinstance(action, Txn):
+                            if action.app_id in app_ids:
+                                raise _corrupt(commit, f"two 'txn' actions for appId {action.app_id!r} in one commit")
+                            app_ids.add(action.app_id)
                             txns[action.app_id] = action
                         elif isinstance(action, DomainMetadata):
                             if action.removed:
@@ -198,16 +302,23 @@ def apply_commits(
                             else:
                                 doms[action.domain] = action
                 except (KeyError, TypeError, AttributeError) as e:
-                    raise LogCorruptError(
-                        f"{commit.path}: malformed '{kind}' action (version {commit.version}): {e!r}",
-                        path=commit.path,
-                        version=commit.version,
-                    ) from None
-    for kind in ("add", "remove"):
-        if bodies[kind]:
-            tables[kind].append(_file_table(commits, bodies[kind], owners[kind], kind))
-            table_seqs[kind].append(pa.array(seqs[kind], pa.int64()))
-    # Only the winning protocol and metaData must be valid: superseded ones are never used.
+                    raise _corrupt(commit, f"malformed '{kind}' action: {e!r}") from None
+    for checked in (True, False):
+        for kind in ("add", "remove"):
+            if bodies[checked][kind]:
+                tables[kind].append(_file_table(commits, bodies[checked][kind], owners[checked][kind], kind))
+                table_seqs[kind].append(pa.array(lines[checked][kind], pa.int64()))
+                if not checked:
+                    unchecked[kind].append(tables[kind][-1])
+                    unchecked_seqs[kind].append(table_seqs[kind][-1])
+    _check_file_actions(
+        commits,
+        concat(unchecked["add"], FILES_SCHEMA),
+        _concat_arrays(unchecked_seqs["add"]),
+        concat(unchecked["remove"], TOMBSTONES_SCHEMA),
+        _concat_arrays(unchecked_seqs["remove"]),
+        partition_runs,
+    )
     if latest_protocol is not None:
         protocol = codec.decode_action("protocol", latest_protocol[1], path=latest_protocol[0].path, version=latest_protocol[0].version)  # type: ignore[assignment]
     if latest_metadata is not None:
@@ -260,16 +371,10 @@ def _file_table(commits: list[Commit], bodies: list[dict[str, Any]], owners: lis
     except (pa.ArrowException, TypeError, ValueError) as e:
         # Find the commit holding the bad action, so the error names the file.
         for index in sorted(set(owners)):
-            own = [b for b, o in zip(bodies, owners) if o == index]
             try:
-                table_from_log_dicts(own, kind)
+                table_from_log_dicts([b for b, o in zip(bodies, owners) if o == index], kind)
             except (pa.ArrowException, TypeError, ValueError):
-                commit = commits[index]
-                raise LogCorruptError(
-                    f"{commit.path}: malformed '{kind}' action (version {commit.version}): {e}",
-                    path=commit.path,
-                    version=commit.version,
-                ) from None
+                raise _corrupt(commits[index], f"malformed '{kind}' action: {e}") from None
         raise LogCorruptError(f"malformed '{kind}' action: {e}") from None
 
 

@@ -40,7 +40,7 @@ class LogListing:
     checkpoints: dict[int, list[CheckpointFile]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, files: list[FileInfo]) -> "LogListing":
+    def of(cls, files: list[FileInfo]) -> LogListing:
         listing = cls()
         for f in files:
             name = f.name

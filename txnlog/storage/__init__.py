@@ -13,11 +13,17 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import unquote, urlparse
 
+import fsspec
+
+from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, StorageError
 from txnlog.storage.base import FileInfo, LogStore
+from txnlog.storage.fsspec_store import FsspecLogStore
 from txnlog.storage.local import LocalLogStore
+from txnlog.storage.memory import MemoryLogStore
 
 __all__ = ["FileInfo", "LogStore", "LocalLogStore", "open_store", "normalize_uri"]
 
@@ -34,6 +40,8 @@ def normalize_uri(uri: str | os.PathLike[str]) -> str:
 
 def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> LogStore:
     """The LogStore rooted at the table ``uri``."""
+    if not isinstance(uri, (str, os.PathLike)):
+        raise InvalidArgumentTypeError(f"a table URI must be a string or a path, got {type(uri).__name__}")
     root_uri = normalize_uri(uri)
     options = dict(storage_options or {})
     parsed = urlparse(root_uri)
@@ -41,26 +49,25 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     if scheme == "file":
         return LocalLogStore(root_uri, unquote(parsed.path), fsync=as_bool(options.get("fsync", False)))
     if scheme == "memory":
-        from txnlog.storage.memory import MemoryLogStore
-
         return MemoryLogStore(root_uri, "/" + (parsed.netloc + parsed.path).strip("/"))
     if scheme in ("s3", "s3a"):
-        from txnlog.storage.s3 import S3LogStore
+        from txnlog.storage.s3 import S3LogStore  # lazily: s3fs is an optional extra (txnlog[s3])
 
         return S3LogStore(root_uri, options)
     if scheme in ("az", "abfs", "abfss", "adl"):
-        from txnlog.storage.azure import AzureLogStore
+        from txnlog.storage.azure import AzureLogStore  # lazily: adlfs is an optional extra (txnlog[azure])
 
         return AzureLogStore(root_uri, options)
     if scheme in ("gs", "gcs"):
-        from txnlog.storage.gcs import GcsLogStore
+        from txnlog.storage.gcs import GcsLogStore  # lazily: gcsfs is an optional extra (txnlog[gcs])
 
         return GcsLogStore(root_uri, options)
-    import fsspec
-
-    from txnlog.storage.fsspec_store import FsspecLogStore
-
-    fs, path = fsspec.core.url_to_fs(root_uri, **options)
+    try:
+        fs, path = fsspec.core.url_to_fs(root_uri, **options)
+    except ImportError as e:  # fsspec knows the scheme, but its package is not installed
+        raise StorageError(f"cannot open {root_uri}: {e}") from e
+    except (ValueError, TypeError) as e:
+        raise InvalidArgumentError(f"cannot open table URI {root_uri!r}: unknown URI scheme {scheme!r} ({e})") from None
     return FsspecLogStore(root_uri, fs, path)
 
 

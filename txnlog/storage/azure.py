@@ -69,7 +69,7 @@ def adlfs_kwargs(root_uri: str, options: Mapping[str, Any]) -> tuple[dict[str, A
     """``AzureBlobFileSystem`` arguments and the root path (``container/path``) for a table URI
     (``az://container/path`` or ``abfs[s]://container@account.dfs.core.windows.net/path``), from
     adlfs's own options and/or delta-rs style ``AZURE_STORAGE_*`` keys."""
-    import adlfs
+    import adlfs  # optional dependency (txnlog[azure])
 
     kwargs, mapped = split_options(options, adlfs.AzureBlobFileSystem, _ALIASES, prefixes=("azure_storage_", "azure_"))
     parsed = urlparse(root_uri)
@@ -109,7 +109,7 @@ def adlfs_kwargs(root_uri: str, options: Mapping[str, Any]) -> tuple[dict[str, A
 
 def _classify(error: Exception) -> Outcome:
     """What a failed ``upload_blob(overwrite=False)`` means, after azure-core's own retries."""
-    from azure.core import exceptions as ax
+    from azure.core import exceptions as ax  # optional dependency (txnlog[azure])
 
     if isinstance(error, ax.HttpResponseError):
         status = error.status_code or 0

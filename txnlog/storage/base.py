@@ -9,12 +9,14 @@ from __future__ import annotations
 import abc
 import contextlib
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
-from txnlog.errors import ObjectNotFoundError, PutIfAbsentUnsupportedError, StorageError
+from txnlog.errors import ObjectNotFoundError, PutIfAbsentUnsupportedError, StorageError, TxnLogError
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +52,6 @@ class LogStore(abc.ABC):
         """Several whole objects, in order; remote stores fetch them concurrently."""
         if len(paths) <= 1:
             return [self.read(p) for p in paths]
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(min(16, len(paths))) as pool:
             return list(pool.map(self.read, paths))
 
@@ -115,7 +115,10 @@ class LogStore(abc.ABC):
         except Exception as e:  # backends raise their SDK's errors too
             raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
         try:
-            yield out  # type: ignore[misc]
+            try:
+                yield out
+            except OSError as e:  # a full disk, a dropped connection, while the caller wrote
+                raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
             try:
                 out.close()  # uploads happen here on object stores
                 fs.copy_file(self.arrow_path(tmp), self.arrow_path(path))
@@ -142,8 +145,16 @@ class LogStore(abc.ABC):
         return f"{fs_root}/{path}" if fs_root else path
 
     def open_input(self, path: str) -> BinaryIO:
+        """A random-access stream over ``path`` (for Parquet); ObjectNotFoundError when absent."""
         fs, _ = self.arrow_filesystem()
-        return fs.open_input_file(self.arrow_path(path))  # type: ignore[return-value]
+        try:
+            return fs.open_input_file(self.arrow_path(path))  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"{self.uri_of(path)} does not exist", path=path) from None
+        except TxnLogError:
+            raise
+        except Exception as e:  # OSError, and the SDK errors fsspec backends raise
+            raise StorageError(f"cannot read {self.uri_of(path)}: {e}", path=path) from e
 
     def uri_of(self, path: str) -> str:
         """Absolute URI of a root-relative path."""

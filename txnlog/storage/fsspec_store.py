@@ -10,8 +10,9 @@ import inspect
 import logging
 import random
 import time
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
-from typing import Any, Callable, Iterator, Literal, Mapping, cast
+from typing import Any, Literal, cast
 
 import fsspec
 import pyarrow.fs as pafs
@@ -47,7 +48,7 @@ def connect_failed(error: BaseException | None) -> bool:
     SDKs report a connection reset mid-request with the same exception types as a refused
     connect, so only the underlying aiohttp error tells "not sent" from "sent, answer lost"."""
     try:
-        import aiohttp
+        import aiohttp  # optional dependency (installed with txnlog[s3] or txnlog[azure])
     except ImportError:
         return False
     return isinstance(error, (aiohttp.ClientConnectorError, getattr(aiohttp, "ConnectionTimeoutError", ())))

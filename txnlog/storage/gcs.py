@@ -42,13 +42,13 @@ class GcsLogStore(FsspecLogStore):
     @functools.cached_property
     def _bucket(self) -> Any:
         """The google-cloud-storage bucket, with the credentials gcsfs resolved."""
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
+        from google.auth.credentials import AnonymousCredentials  # optional dependency (txnlog[gcs])
+        from google.cloud import storage  # optional dependency (txnlog[gcs])
 
         credentials = self.fs.credentials.credentials
         client_options = {"api_endpoint": self._endpoint} if self._endpoint else None
         if credentials is None:
-            client = storage.Client(project="<none>", credentials=AnonymousCredentials(), client_options=client_options)
+            client = storage.Client(project="<none>", credentials=AnonymousCredentials(), client_options=client_options)  # type: ignore[no-untyped-call]
         else:
             client = storage.Client(
                 project=self.fs.project or None, credentials=credentials, client_options=client_options
@@ -62,7 +62,7 @@ class GcsLogStore(FsspecLogStore):
 
 def gcsfs_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
     """``GCSFileSystem`` arguments from gcsfs's own options and/or delta-rs style ``GOOGLE_*`` keys."""
-    import gcsfs
+    import gcsfs  # optional dependency (txnlog[gcs])
 
     kwargs, mapped = split_options(options, gcsfs.core.GCSFileSystem, _ALIASES, prefixes=("google_",))
     if "service_account_key" in mapped:
@@ -80,10 +80,10 @@ def gcsfs_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
 def _classify(error: Exception) -> Outcome:
     """What a failed ``upload_from_string(if_generation_match=0)`` means, after
     google-cloud-storage's own retries (which it makes for conditional uploads)."""
-    import requests
-    from google.api_core import exceptions as gx
-    from google.auth import exceptions as auth
-    from urllib3.exceptions import NewConnectionError
+    import requests  # optional dependency (txnlog[gcs])
+    from google.api_core import exceptions as gx  # optional dependency (txnlog[gcs])
+    from google.auth import exceptions as auth  # optional dependency (txnlog[gcs])
+    from urllib3.exceptions import NewConnectionError  # optional dependency (txnlog[gcs])
 
     if isinstance(error, gx.RetryError) and isinstance(error.cause, Exception):
         return _classify(error.cause)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
@@ -151,7 +152,10 @@ class LocalLogStore(LogStore):
             raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
         try:
             with f:
-                yield f
+                try:
+                    yield f
+                except OSError as e:  # a full disk while the caller wrote
+                    raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
                 try:
                     if self.fsync:
                         f.flush()

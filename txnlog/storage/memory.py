@@ -21,7 +21,7 @@ class MemoryLogStore(FsspecLogStore):
 
     def put_if_absent(self, path: str, data: bytes) -> None:
         full = self._full(path)
-        with _LOCK:
+        with _LOCK, self._errors("write", path):
             if self.fs.exists(full):
                 raise FileAlreadyExistsError(f"{self.uri_of(path)} already exists", path=path)
             self.fs.pipe_file(full, data)

@@ -78,7 +78,7 @@ class S3LogStore(FsspecLogStore):
 
 def s3fs_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
     """``S3FileSystem`` arguments from s3fs's own options and/or delta-rs style ``AWS_*`` keys."""
-    import s3fs
+    import s3fs  # optional dependency (txnlog[s3])
 
     kwargs, mapped = split_options(options, s3fs.S3FileSystem, _ALIASES, prefixes=("aws_",), extra=("profile",))
     for name in ("endpoint_url", "key", "secret", "token", "anon", "profile"):
@@ -108,9 +108,9 @@ def _conditional_put_problem() -> str | None:
     as an extra keyword, and s3fs silently drops keywords missing from botocore's service model,
     so either gap would turn put-if-absent into a silent overwrite.
     """
-    import botocore
-    import botocore.session
-    import s3fs
+    import botocore  # optional dependency (txnlog[s3])
+    import botocore.session  # optional dependency (txnlog[s3])
+    import s3fs  # optional dependency (txnlog[s3])
 
     pipe = s3fs.S3FileSystem._pipe_file
     try:
@@ -127,7 +127,7 @@ def _conditional_put_problem() -> str | None:
 
 def _classify(error: Exception) -> Outcome:
     """What a failed conditional PUT means, after s3fs's and botocore's own retries."""
-    import botocore.exceptions as bx
+    import botocore.exceptions as bx  # optional dependency (txnlog[s3])
 
     if isinstance(error, FileExistsError):
         return "exists"

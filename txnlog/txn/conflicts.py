@@ -1,9 +1,13 @@
-"""Conflict checks of a transaction against each commit that won a version it wanted.
+"""Conflict checks of a transaction against the commits that won versions it wanted.
 
-The checks run in Delta's order: protocol, metadata, domain metadata, app transaction,
-concurrent append, delete-read, delete-delete. Two refinements over delta-spark:
+All winners are checked at once, column-wise: their added and removed files become one Arrow
+table each, so a hundred winning blind appends cost about what one does. The first conflict in
+winner order is raised, and within a winner the checks keep Delta's order: protocol, metadata,
+domain metadata, app transaction, concurrent append, delete-read, delete-delete.
 
-- read predicates are judged against the winner's added files by partition values *and*
+Two refinements over delta-spark:
+
+- read predicates are judged against the winners' added files by partition values *and*
   min/max stats, as Iceberg's conflict filters are, so a narrow read does not conflict with an
   append that cannot hold matching rows;
 - a winner's ``dataChange=false`` removes (compaction) do not fail a transaction that only read
@@ -13,11 +17,13 @@ concurrent append, delete-read, delete-delete. Two refinements over delta-spark:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.errors import (
+    CommitConflictError,
     ConcurrentAppendError,
     ConcurrentDeleteDeleteError,
     ConcurrentDeleteReadError,
@@ -25,12 +31,12 @@ from txnlog.errors import (
     MetadataChangedError,
     ProtocolChangedError,
 )
-from txnlog.log.file_actions import key_of, table_from_log_dicts
+from txnlog.file_facts import file_keys
+from txnlog.log.actions import CommitInfo
+from txnlog.log.file_actions import FILES_SCHEMA, TOMBSTONES_SCHEMA, concat, table_from_log_dicts
 from txnlog.log.replay import Commit
+from txnlog.predicates import FilePredicate
 from txnlog.txn.isolation import IsolationLevel
-
-if TYPE_CHECKING:
-    from txnlog.predicates import FilePredicate
 
 
 @dataclass
@@ -39,127 +45,221 @@ class TransactionFootprint:
 
     read_version: int
     isolation: IsolationLevel
-    read_predicates: list["FilePredicate"] = field(default_factory=list)
+    read_predicates: list[FilePredicate] = field(default_factory=list)
     read_whole_table: bool = False
-    read_file_keys: set[str] = field(default_factory=set)
+    read_file_keys: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
     app_ids: set[str] = field(default_factory=set)
     domains: set[str] = field(default_factory=set)
-    removed_keys: set[str] = field(default_factory=set)
+    removed_keys: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
 
 
 @dataclass
-class WinningCommit:
-    """The parts of a concurrent commit the checks look at."""
+class Winners:
+    """The parts of a run of winning commits the checks look at, file actions as Arrow."""
 
-    version: int
-    operation: str | None
-    is_blind_append: bool
-    txn_id: str | None
-    changes_protocol: bool
-    changes_metadata: bool
-    app_ids: set[str]
-    domains: set[str]
-    data_adds: list[dict[str, Any]]
-    removes: list[dict[str, Any]]
+    versions: list[int]
+    infos: dict[int, CommitInfo | None]
+    changes_protocol: list[int]
+    changes_metadata: list[int]
+    app_ids: dict[str, int]  # app id -> first winning version that set it
+    domains: dict[str, int]
+    adds: pa.Table  # dataChange adds: FILES_SCHEMA + "version" + "blind"
+    removes: pa.Table  # TOMBSTONES_SCHEMA + "version" + "key"
 
     @classmethod
-    def of(cls, commit: Commit) -> "WinningCommit":
-        info = commit.commit_info()
-        data_adds, removes = [], []
-        app_ids, domains = set(), set()
-        protocol = metadata = False
-        for obj in commit.actions:
-            for kind, body in obj.items():
-                if kind == "add" and body.get("dataChange", True):
-                    data_adds.append(body)
-                elif kind == "remove":
-                    removes.append(body)
-                elif kind == "txn":
-                    app_ids.add(body.get("appId"))
-                elif kind == "domainMetadata":
-                    domains.add(body.get("domain"))
-                elif kind == "protocol":
-                    protocol = True
-                elif kind == "metaData":
-                    metadata = True
+    def of(cls, commits: list[Commit]) -> Winners:
+        infos: dict[int, CommitInfo | None] = {}
+        protocol: list[int] = []
+        metadata: list[int] = []
+        app_ids: dict[str, int] = {}
+        domains: dict[str, int] = {}
+        # File actions of every winner together: one conversion to Arrow per kind, not per commit.
+        bodies: dict[str, list[dict[str, Any]]] = {"add": [], "remove": []}
+        versions: dict[str, list[int]] = {"add": [], "remove": []}
+        tables: dict[str, list[pa.Table]] = {"add": [], "remove": []}
+        blind_versions: list[int] = []
+        for commit in commits:
+            info = commit.commit_info()
+            infos[commit.version] = info
+            if info and info.is_blind_append:
+                blind_versions.append(commit.version)
+            for obj in commit.actions:
+                for kind, body in obj.items():
+                    if kind in bodies:
+                        bodies[kind].append(body)
+                        versions[kind].append(commit.version)
+                    elif kind == "txn":
+                        app_ids.setdefault(str(body.get("appId")), commit.version)
+                    elif kind == "domainMetadata":
+                        domains.setdefault(str(body.get("domain")), commit.version)
+                    elif kind == "protocol":
+                        protocol.append(commit.version)
+                    elif kind == "metaData":
+                        metadata.append(commit.version)
+            if commit.columnar is not None:
+                for kind, table in (("add", commit.columnar.adds), ("remove", commit.columnar.removes)):
+                    if table.num_rows:
+                        tables[kind].append(_tag(table, pa.repeat(pa.scalar(commit.version, pa.int64()), table.num_rows)))
+        for kind in ("add", "remove"):
+            if bodies[kind]:
+                tables[kind].append(_tag(table_from_log_dicts(bodies[kind], kind), pa.array(versions[kind], pa.int64())))
+        adds = concat(tables["add"], _tag(FILES_SCHEMA.empty_table(), pa.array([], pa.int64())).schema)
+        adds = adds.filter(pc.fill_null(adds.column("data_change"), True))
+        adds = adds.append_column("blind", pc.is_in(adds.column("version"), value_set=pa.array(blind_versions, pa.int64())))
+        removes = concat(tables["remove"], _tag(TOMBSTONES_SCHEMA.empty_table(), pa.array([], pa.int64())).schema)
+        removes = removes.append_column("key", file_keys(removes))
         return cls(
-            version=commit.version,
-            operation=info.operation if info else None,
-            is_blind_append=bool(info and info.is_blind_append),
-            txn_id=info.txn_id if info else None,
+            versions=[c.version for c in commits],
+            infos=infos,
             changes_protocol=protocol,
             changes_metadata=metadata,
             app_ids=app_ids,
             domains=domains,
-            data_adds=data_adds,
-            removes=removes,
+            adds=adds.sort_by("version"),
+            removes=removes.sort_by("version"),
         )
 
-    def describe(self) -> str:
-        return f"version {self.version} ({self.operation or 'unknown operation'})"
+    def txn_ids(self) -> dict[int, str | None]:
+        return {v: (info.txn_id if info else None) for v, info in self.infos.items()}
+
+    def describe(self, version: int) -> str:
+        info = self.infos.get(version)
+        operation = info.operation if info and info.operation else "unknown operation"
+        return f"version {version} ({operation})"
 
 
-def check_conflicts(mine: TransactionFootprint, winner: WinningCommit) -> None:
-    """Raise the first conflict between this transaction and one winning commit, or return."""
-    facts = {"winning_version": winner.version, "winning_operation": winner.operation}
-    who = f"a concurrent commit at {winner.describe()}"
+def _tag(table: pa.Table, versions: pa.Array) -> pa.Table:
+    """``table`` with the winning version of each row."""
+    return table.append_column("version", versions)
 
-    if winner.changes_protocol:
-        raise ProtocolChangedError(f"{who} changed the table protocol", **facts)
-    if winner.changes_metadata:
-        raise MetadataChangedError(f"{who} changed the table metadata (schema, partitioning or properties)", **facts)
-    if clash := sorted(mine.domains & winner.domains):
-        raise ConcurrentTransactionError(f"{who} also wrote domain metadata {clash}", detail=clash, **facts)
-    if clash := sorted(mine.app_ids & winner.app_ids):
-        raise ConcurrentTransactionError(
-            f"{who} also committed app transaction {clash}; this batch may already be written", detail=clash, **facts
+
+# (winning version, Delta's check order, the error): the smallest pair is raised.
+_Candidate = tuple[int, int, CommitConflictError]
+
+
+def check_conflicts(mine: TransactionFootprint, winners: Winners) -> None:
+    """Raise the first conflict between this transaction and the winners, or return."""
+    candidates: list[_Candidate] = []
+
+    def facts(version: int) -> dict[str, Any]:
+        info = winners.infos.get(version)
+        return {"winning_version": version, "winning_operation": info.operation if info else None}
+
+    def who(version: int) -> str:
+        return f"a concurrent commit at {winners.describe(version)}"
+
+    if winners.changes_protocol:
+        v = winners.changes_protocol[0]
+        candidates.append((v, 1, ProtocolChangedError(f"{who(v)} changed the table protocol", **facts(v))))
+    if winners.changes_metadata:
+        v2 = winners.changes_metadata[0]
+        candidates.append(
+            (v2, 2, MetadataChangedError(f"{who(v2)} changed the table metadata (schema, partitioning or properties)", **facts(v2)))
         )
-    _check_appends(mine, winner, who, facts)
-    _check_deletes(mine, winner, who, facts)
+    domains = sorted(mine.domains & set(winners.domains), key=lambda name: (winners.domains[name], name))
+    if domains:
+        v3 = winners.domains[domains[0]]
+        clash = [d for d in domains if winners.domains[d] == v3]
+        candidates.append(
+            (v3, 3, ConcurrentTransactionError(f"{who(v3)} also wrote domain metadata {clash}", detail=clash, **facts(v3)))
+        )
+    app_ids = sorted(mine.app_ids & set(winners.app_ids), key=lambda name: (winners.app_ids[name], name))
+    if app_ids:
+        v4 = winners.app_ids[app_ids[0]]
+        apps = [a for a in app_ids if winners.app_ids[a] == v4]
+        candidates.append(
+            (
+                v4,
+                4,
+                ConcurrentTransactionError(
+                    f"{who(v4)} also committed app transaction {apps}; this batch may already be written", detail=apps, **facts(v4)
+                ),
+            )
+        )
+    candidates += _appends(mine, winners, who, facts)
+    candidates += _deletes(mine, winners, who, facts)
+    if candidates:
+        raise min(candidates, key=lambda c: (c[0], c[1]))[2]
 
 
-def _check_appends(mine: TransactionFootprint, winner: WinningCommit, who: str, facts: dict[str, Any]) -> None:
-    if not winner.data_adds or mine.isolation is IsolationLevel.SNAPSHOT_ISOLATION:
-        return
-    if mine.isolation is IsolationLevel.WRITE_SERIALIZABLE and winner.is_blind_append:
-        return
+def _first(table: pa.Table, mask: pa.Array) -> dict[str, Any] | None:
+    """The first row of ``table`` (in winner order) where ``mask`` holds."""
+    hits = table.filter(pc.fill_null(mask, False))
+    return hits.slice(0, 1).select(["path", "version"]).to_pylist()[0] if hits.num_rows else None
+
+
+def _appends(mine: TransactionFootprint, winners: Winners, who: Any, facts: Any) -> list[_Candidate]:
+    adds = winners.adds
+    if not adds.num_rows or mine.isolation is IsolationLevel.SNAPSHOT_ISOLATION:
+        return []
+    if mine.isolation is IsolationLevel.WRITE_SERIALIZABLE:
+        adds = adds.filter(pc.invert(adds.column("blind")))
+    if not adds.num_rows:
+        return []
+    out: list[_Candidate] = []
     if mine.read_whole_table:
-        path = winner.data_adds[0].get("path")
-        raise ConcurrentAppendError(
-            f"{who} added {len(winner.data_adds)} file(s), e.g. {path}, to a table this transaction read in full",
-            conflicting_file=path,
-            **facts,
+        row = adds.slice(0, 1).select(["path", "version"]).to_pylist()[0]
+        v, path = row["version"], row["path"]
+        count = pc.sum(pc.equal(adds.column("version"), v)).as_py()
+        out.append(
+            (
+                v,
+                5,
+                ConcurrentAppendError(
+                    f"{who(v)} added {count} file(s), e.g. {path}, to a table this transaction read in full",
+                    conflicting_file=path,
+                    **facts(v),
+                ),
+            )
         )
-    if not mine.read_predicates:
-        return
-    added = table_from_log_dicts(winner.data_adds, "add")
+        return out
+    files = adds.drop_columns(["version", "blind"])
     for predicate in mine.read_predicates:
-        hits = predicate.may_match(added)
-        if pc.any(hits).as_py():
-            path = added.column("path").filter(hits)[0].as_py()
-            raise ConcurrentAppendError(
-                f"{who} added file {path} that matches this transaction's read predicate {predicate.sql!r}",
-                conflicting_file=path,
-                predicate=predicate.sql,
-                **facts,
+        row = _first(adds, predicate.may_match(files))
+        if row is not None:
+            v, path, sql = row["version"], row["path"], predicate.sql
+            out.append(
+                (
+                    v,
+                    5,
+                    ConcurrentAppendError(
+                        f"{who(v)} added file {path} that matches this transaction's read predicate {sql!r}",
+                        conflicting_file=path,
+                        predicate=sql,
+                        **facts(v),
+                    ),
+                )
             )
+    return out
 
 
-def _check_deletes(mine: TransactionFootprint, winner: WinningCommit, who: str, facts: dict[str, Any]) -> None:
-    for body in winner.removes:
-        key = key_of(body)
-        path = body.get("path")
-        data_change = body.get("dataChange", True)
-        if data_change and (key in mine.read_file_keys or mine.read_whole_table):
-            what = "a file this transaction read" if key in mine.read_file_keys else "from a table this transaction read in full"
-            raise ConcurrentDeleteReadError(f"{who} removed {path}, {what}", conflicting_file=path, **facts)
-    for body in winner.removes:
-        key = key_of(body)
-        if key in mine.removed_keys:
-            path = body.get("path")
-            raise ConcurrentDeleteDeleteError(
-                f"{who} already removed {path}, which this transaction also removes", conflicting_file=path, **facts
+def _deletes(mine: TransactionFootprint, winners: Winners, who: Any, facts: Any) -> list[_Candidate]:
+    removes = winners.removes
+    if not removes.num_rows:
+        return []
+    out: list[_Candidate] = []
+    data_change = pc.fill_null(removes.column("data_change"), True)
+    read = pc.is_in(removes.column("key"), value_set=mine.read_file_keys)
+    hit = pc.and_(data_change, pc.or_(read, pa.scalar(mine.read_whole_table)))
+    row = _first(removes, hit)
+    if row is not None:
+        v, path = row["version"], row["path"]
+        in_read = _first(removes, pc.and_(hit, read)) is not None
+        what = "a file this transaction read" if in_read else "from a table this transaction read in full"
+        out.append((v, 6, ConcurrentDeleteReadError(f"{who(v)} removed {path}, {what}", conflicting_file=path, **facts(v))))
+    row2 = _first(removes, pc.is_in(removes.column("key"), value_set=mine.removed_keys))
+    if row2 is not None:
+        v2, path2 = row2["version"], row2["path"]
+        out.append(
+            (
+                v2,
+                7,
+                ConcurrentDeleteDeleteError(
+                    f"{who(v2)} already removed {path2}, which this transaction also removes", conflicting_file=path2, **facts(v2)
+                ),
             )
+        )
+    return out
 
 
-__all__ = ["TransactionFootprint", "WinningCommit", "check_conflicts"]
+__all__ = ["TransactionFootprint", "Winners", "check_conflicts"]

@@ -1,37 +1,48 @@
 """Post-commit hooks: side effects that run after a version is safely in the log.
 
 A failing hook never fails the committed transaction: the failure is logged and reported on
-the commit result. Later issues add log cleanup and Iceberg export as hooks.
+``CommitResult.hook_failures``. Engines plug in without the core naming them: the default
+registry loads every hook declared in the ``txnlog.post_commit_hooks`` entry-point group
+(``[project.entry-points."txnlog.post_commit_hooks"]`` in a package's ``pyproject.toml``; each
+names a zero-argument callable that returns a hook).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Protocol
 
 from txnlog import properties as props
+from txnlog.snapshot import Snapshot
 
-if TYPE_CHECKING:
-    from txnlog.table import Snapshot, Table
+if TYPE_CHECKING:  # for annotations only: the Table sits above transactions
+    from txnlog.table import Table
 
 log = logging.getLogger(__name__)
+
+#: The entry-point group engines declare their hooks in.
+ENTRY_POINT_GROUP = "txnlog.post_commit_hooks"
 
 
 @dataclass
 class PostCommitContext:
     """What a hook sees: the table, the version just committed, and its snapshot (built on demand)."""
 
-    table: "Table"
+    table: Table
     version: int
     operation: str
     #: The table properties in force at ``version`` (winners cannot have changed them).
     configuration: Mapping[str, str]
-    _snapshot_factory: Callable[[], "Snapshot"] = field(repr=False)
-    _snapshot: "Snapshot | None" = field(default=None, repr=False)
+    _snapshot_factory: Callable[[], Snapshot] = field(repr=False)
+    _snapshot: Snapshot | None = field(default=None, repr=False)
 
     @property
-    def snapshot(self) -> "Snapshot":
+    def snapshot(self) -> Snapshot:
+        """The table at ``version``."""
         if self._snapshot is None:
             self._snapshot = self._snapshot_factory()
         return self._snapshot
@@ -57,9 +68,7 @@ class CheckpointHook:
     def __call__(self, ctx: PostCommitContext) -> None:
         interval = props.CHECKPOINT_INTERVAL.get(ctx.configuration)
         if ctx.version > 0 and ctx.version % interval == 0:
-            from txnlog.log.checkpoint_writer import write_checkpoint
-
-            write_checkpoint(ctx.snapshot)
+            ctx.snapshot.checkpoint()
 
 
 class HookRegistry:
@@ -74,10 +83,13 @@ class HookRegistry:
     def unregister(self, name: str) -> None:
         self._hooks.pop(name, None)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[PostCommitHook]:
         return iter(list(self._hooks.values()))
 
-    def copy(self) -> "HookRegistry":
+    def __contains__(self, name: object) -> bool:
+        return name in self._hooks
+
+    def copy(self) -> HookRegistry:
         return HookRegistry(list(self._hooks.values()))
 
     def run(self, ctx: PostCommitContext) -> list[HookFailure]:
@@ -91,5 +103,46 @@ class HookRegistry:
         return failures
 
 
+def load_entry_point_hooks(group: str = ENTRY_POINT_GROUP) -> list[PostCommitHook]:
+    """One hook from each entry point of ``group``; one that fails to load is logged and skipped
+    (a broken plug-in must not stop every commit)."""
+    hooks: list[PostCommitHook] = []
+    for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+        try:
+            hook = ep.load()()
+            if not isinstance(getattr(hook, "name", None), str) or not callable(hook):
+                raise TypeError(f"{ep.value} returned {hook!r}, which has no name or is not callable")
+        except Exception:
+            log.warning("could not load post-commit hook %r (%s) from group %s", ep.name, ep.value, group, exc_info=True)
+            continue
+        hooks.append(hook)
+    return hooks
+
+
+class _DefaultHooks(HookRegistry):
+    """The registry every new Table copies: the checkpoint hook, then the entry-point group,
+    loaded once, on first use (so importing txnlog imports no engine)."""
+
+    def __init__(self) -> None:
+        super().__init__([CheckpointHook()])
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    def _load(self) -> None:
+        with self._lock:
+            if not self._loaded:
+                self._loaded = True
+                for hook in load_entry_point_hooks():
+                    self._hooks.setdefault(hook.name, hook)
+
+    def __iter__(self) -> Iterator[PostCommitHook]:
+        self._load()
+        return super().__iter__()
+
+    def copy(self) -> HookRegistry:
+        self._load()
+        return super().copy()
+
+
 #: Hooks every new Table starts with; register more here or on ``table.hooks``.
-default_hooks = HookRegistry([CheckpointHook()])
+default_hooks: HookRegistry = _DefaultHooks()

@@ -16,7 +16,7 @@ class IsolationLevel(str, enum.Enum):
     SNAPSHOT_ISOLATION = "SnapshotIsolation"
 
     @classmethod
-    def parse(cls, value: "str | IsolationLevel") -> "IsolationLevel":
+    def parse(cls, value: str | IsolationLevel) -> IsolationLevel:
         if isinstance(value, IsolationLevel):
             return value
         for level in cls:

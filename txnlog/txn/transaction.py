@@ -5,13 +5,14 @@ The commit pipeline, in the order it runs (design brief, section 1):
 1. **scan**     ``filter_files`` / ``read_whole_table`` / ``app_transaction_version`` record what
                 the transaction read (readPredicates, readFiles, app ids);
 2. **write**    ``write`` / ``add_files`` / ``remove_files`` stage data files, invisible until
-                a commit names them;
+                a commit names them (kept as Arrow tables, reconciled at commit: one action per
+                file, the later one winning);
 3. **refresh**  after losing the race for version N, the commits that won become the new base;
-4. **validate** ``check_conflicts`` against each winner; a logical conflict raises and is never
+4. **validate** the winners are checked all at once; a logical conflict raises and is never
                 retried;
 5. **prepare**  commitInfo first, then the actions, serialized for the attempted version;
-6. **publish**  put-if-absent of ``N.json``; a lost race goes back to 3 with backoff; then the
-                post-commit hooks run.
+6. **publish**  put-if-absent of ``N.json`` (:mod:`txnlog.txn.committer`); a lost race goes back
+                to 3; then the table is handed the new state and the post-commit hooks run.
 """
 
 from __future__ import annotations
@@ -20,54 +21,41 @@ import dataclasses
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
-import txnlog
 from txnlog import properties as props
-from txnlog.errors import (
-    AmbiguousWriteError,
-    CommitConflictError,
-    CommitFailedError,
-    FileAlreadyExistsError,
-    LogCorruptError,
-    ProtocolViolationError,
-    TableAlreadyExistsError,
-    TransactionError,
-    UnsupportedFeatureError,
-)
+from txnlog._version import __version__
+from txnlog.errors import ProtocolViolationError, TransactionError, UnsupportedFeatureError
+from txnlog.file_facts import file_keys, is_column_mapped, partition_fields
 from txnlog.log import codec
-from txnlog.log.actions import (
-    Action,
-    AddCDCFile,
-    AddFile,
-    CommitInfo,
-    DeletionVectorDescriptor,
-    DomainMetadata,
-    Metadata,
-    Protocol,
-    RemoveFile,
-    Txn,
-)
-from txnlog.log.features import check_writable, merge_protocols, protocol_for, writer_features
-from txnlog.log.file_actions import file_keys, key_of
+from txnlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
+from txnlog.log.features import check_writable, protocol_for, writer_features
+from txnlog.log.file_actions import FILES_SCHEMA
 from txnlog.log.filenames import commit_path
-from txnlog.log.replay import Commit, advance, read_commits
-from txnlog.log.segment import CommitFile, commit_file, list_log
-from txnlog.txn.conflicts import TransactionFootprint, WinningCommit, check_conflicts
+from txnlog.log.replay import Commit, TableState, advance, read_commits
+from txnlog.log.segment import list_log
+from txnlog.predicates import FilePredicate
+from txnlog.snapshot import Snapshot
+from txnlog.txn.committer import Committer
+from txnlog.txn.conflicts import TransactionFootprint
 from txnlog.txn.hooks import HookFailure, HookRegistry, PostCommitContext
 from txnlog.txn.isolation import IsolationLevel
-from txnlog.txn.retry import RetryClock, RetryPolicy
+from txnlog.txn.metadata import updated_metadata
+from txnlog.txn.retry import RetryPolicy
+from txnlog.txn.staging import FileActions, StagedFiles
+from txnlog.write.context import WriteContext
 
-if TYPE_CHECKING:
-    from txnlog.predicates import FilePredicate
-    from txnlog.table import Snapshot, Table
+if TYPE_CHECKING:  # annotations only: the Table sits above transactions
+    from txnlog.table import Table
 
 log = logging.getLogger(__name__)
 
-ENGINE_INFO = f"txnlog/{txnlog.__version__}"
+ENGINE_INFO = f"txnlog/{__version__}"
 
 
 class CommitResult(int):
@@ -77,7 +65,7 @@ class CommitResult(int):
     hook_failures: tuple[HookFailure, ...]
     txn_id: str
 
-    def __new__(cls, version: int, *, attempts: int, hook_failures: Sequence[HookFailure], txn_id: str) -> "CommitResult":
+    def __new__(cls, version: int, *, attempts: int, hook_failures: Sequence[HookFailure], txn_id: str) -> CommitResult:
         obj = super().__new__(cls, version)
         obj.attempts = attempts
         obj.hook_failures = tuple(hook_failures)
@@ -95,45 +83,21 @@ def _now_ms() -> int:
 
 def _operation_parameters(params: Mapping[str, Any] | None) -> dict[str, str]:
     # Spark writes every value as a string, JSON-encoded unless it already is one.
-    out = {}
-    for key, value in (params or {}).items():
-        out[key] = value if isinstance(value, str) else orjson.dumps(value).decode()
-    return out
-
-
-def add_files_from_table(files: pa.Table) -> list[AddFile]:
-    """AddFile records from rows laid out like ``Snapshot.files()`` (missing columns allowed)."""
-    rows = files.to_pylist(maps_as_pydicts="lossy")
-    return [
-        AddFile(
-            path=r["path"],
-            partition_values=r.get("partition_values") or {},
-            size=r["size"],
-            modification_time=r.get("modification_time") or _now_ms(),
-            data_change=r.get("data_change") is not False,
-            stats=r.get("stats"),
-            tags=r.get("tags"),
-            # The snake_case DV columns are the descriptor's own field names.
-            deletion_vector=DeletionVectorDescriptor(**r["deletion_vector"]) if r.get("deletion_vector") else None,
-            base_row_id=r.get("base_row_id"),
-            default_row_commit_version=r.get("default_row_commit_version"),
-            clustering_provider=r.get("clustering_provider"),
-        )
-        for r in rows
-    ]
+    return {k: v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in (params or {}).items()}
 
 
 class OptimisticTransaction:
     """One atomic change to a table, validated against concurrent commits at publish time.
 
     Use it as a context manager: it commits on normal exit and aborts, writing nothing to the
-    log, when the block raises.
+    log, when the block raises. ``on_commit`` receives the table state at the committed version
+    (the Table uses it to skip re-reading that commit).
     """
 
     def __init__(
         self,
-        table: "Table",
-        snapshot: "Snapshot | None",
+        table: Table,
+        snapshot: Snapshot | None,
         *,
         operation: str = "WRITE",
         operation_parameters: Mapping[str, Any] | None = None,
@@ -142,6 +106,7 @@ class OptimisticTransaction:
         user_metadata: str | None = None,
         hooks: HookRegistry | None = None,
         retry_policy: RetryPolicy | None = None,
+        on_commit: Callable[[TableState], None] | None = None,
     ) -> None:
         self.table = table
         self.snapshot = snapshot
@@ -152,15 +117,15 @@ class OptimisticTransaction:
         self.user_metadata = user_metadata
         self.hooks = hooks if hooks is not None else table.hooks
         self._retry_policy = retry_policy
+        self._on_commit = on_commit
         self._requested_isolation = IsolationLevel.parse(isolation) if isolation is not None else None
 
-        self.read_predicates: list["FilePredicate"] = []
+        self.read_predicates: list[FilePredicate] = []
         self._read_keys: list[pa.Array] = []
         self._read_whole_table = False
         self._read_app_ids: set[str] = set()
 
-        self._adds: list[AddFile] = []
-        self._removes: list[RemoveFile] = []
+        self._staged: StagedFiles | None = None  # made on first use: it needs the metadata
         self._cdc: list[AddCDCFile] = []
         self._protocol: Protocol | None = None
         self._metadata: Metadata | None = None
@@ -172,7 +137,7 @@ class OptimisticTransaction:
 
     # -- context manager --------------------------------------------------------------------
 
-    def __enter__(self) -> "OptimisticTransaction":
+    def __enter__(self) -> OptimisticTransaction:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -181,7 +146,7 @@ class OptimisticTransaction:
             if self.orphan_files and hasattr(exc, "add_note"):
                 exc.add_note(
                     f"txnlog: transaction on {self.table.uri} aborted; data files left for vacuum: "
-                    + ", ".join(self.orphan_files)
+                    + ", ".join(self.orphan_files[:20])
                 )
             return
         if self._state == "open":
@@ -202,7 +167,10 @@ class OptimisticTransaction:
     @property
     def orphan_files(self) -> tuple[str, ...]:
         """Data files this transaction staged that no commit references (unless it committed)."""
-        return tuple(a.path for a in self._adds) + tuple(c.path for c in self._cdc)
+        if self._state == "committed":
+            return ()
+        added = self._staged.added_paths() if self._staged is not None else []
+        return tuple(added) + tuple(c.path for c in self._cdc)
 
     def _ensure_open(self) -> None:
         if self._state != "open":
@@ -227,13 +195,9 @@ class OptimisticTransaction:
         return self.snapshot.protocol
 
     def _files(self) -> pa.Table:
-        if self.snapshot is None:
-            from txnlog.log.file_actions import FILES_SCHEMA
+        return self.snapshot.files() if self.snapshot is not None else FILES_SCHEMA.empty_table()
 
-            return FILES_SCHEMA.empty_table()
-        return self.snapshot.files()
-
-    def filter_files(self, predicate: "str | FilePredicate | None" = None) -> pa.Table:
+    def filter_files(self, predicate: str | FilePredicate | None = None) -> pa.Table:
         """Live files that may hold rows matching ``predicate`` (all files when None).
 
         Records the predicate in readPredicates and the files in readFiles, so a concurrent
@@ -266,47 +230,43 @@ class OptimisticTransaction:
 
     # -- 2. write ---------------------------------------------------------------------------
 
-    def write(self, data: pa.Table | pa.RecordBatchReader, *, data_change: bool = True) -> list[AddFile]:
+    def write_context(self, **overrides: Any) -> WriteContext:
+        """How this transaction writes data files (the table's metadata as this transaction sees it)."""
+        return WriteContext.for_metadata(self.table.uri, self.metadata, storage_options=self.table.storage_options, **overrides)
+
+    def write(self, data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch], *, data_change: bool = True) -> list[AddFile]:
         """Write ``data`` as Parquet files in the table's layout and stage them as adds."""
         self._ensure_open()
-        from txnlog.txn.constraints import check_constraints
-        from txnlog.write.parquet import write_data_files
+        written = self.write_context().write(data, data_change=data_change, store=self.table.store)
+        self.add_files(written.files, data_change=data_change)
+        return written.add_files
 
-        metadata = self.metadata
-        schema = metadata.schema
-        if isinstance(data, pa.Table):
-            check_constraints(data, metadata)
-        else:
-            data = _checked_reader(data, metadata)
-        adds = write_data_files(
-            self.table.store,
-            data,
-            table_schema=schema,
-            partition_columns=metadata.partition_columns,
-            configuration=metadata.configuration,
-            data_change=data_change,
-        )
-        self.add_files(adds, data_change=data_change)
-        return adds
+    def _staging(self) -> StagedFiles:
+        if self._staged is None:
+            metadata = self.metadata
+            mapped = is_column_mapped(metadata.configuration)
+            keys = {key for key, _ in partition_fields(metadata.schema, metadata.partition_columns, mapped)}
+            snapshot = self.snapshot
+
+            def live() -> pa.Array:
+                return snapshot.state.file_keys() if snapshot is not None else pa.array([], pa.string())
+
+            allow_absolute = bool(getattr(self.table, "allow_absolute_paths", False))
+            self._staged = StagedFiles(self.table.uri, keys, live, allow_absolute_paths=allow_absolute)
+        return self._staged
 
     def add_files(self, files: Iterable[AddFile] | pa.Table, *, data_change: bool = True) -> None:
-        """Stage data files (already written under the table root) to be added."""
+        """Stage data files (already written under the table root) to be added: ``AddFile``
+        records, or a pyarrow Table in the ``Snapshot.files()`` layout (missing columns allowed)."""
         self._ensure_open()
-        records = add_files_from_table(files) if isinstance(files, pa.Table) else list(files)
-        for f in records:
-            if not isinstance(f, AddFile):
-                raise TransactionError(f"add_files takes txnlog.AddFile records or a pyarrow Table, got {type(f).__name__}")
-            self._adds.append(f if f.data_change == data_change else dataclasses.replace(f, data_change=data_change))
+        self._staging().add(files, data_change=data_change)
 
     def remove_files(self, files: Iterable[AddFile] | pa.Table, *, data_change: bool = True) -> None:
-        """Stage live files (as returned by ``filter_files``) to be removed."""
+        """Stage live files (rows of ``filter_files()``, or ``AddFile`` records) to be removed.
+        A file that is not live at the read version (nor added by this transaction) is refused
+        with FileNotLiveError naming it: a remove of nothing is a bug in the caller."""
         self._ensure_open()
-        records = add_files_from_table(files) if isinstance(files, pa.Table) else list(files)
-        now = _now_ms()
-        for f in records:
-            if not isinstance(f, AddFile):
-                raise TransactionError(f"remove_files takes rows of filter_files() or AddFile records, got {type(f).__name__}")
-            self._removes.append(f.remove(now, data_change))
+        self._staging().remove(files, data_change=data_change)
 
     def add_cdc_files(self, files: Iterable[AddCDCFile]) -> None:
         """Stage change-data files (for tables with change data feed)."""
@@ -323,52 +283,25 @@ class OptimisticTransaction:
         description: str | None = None,
     ) -> Metadata:
         """Change the table's schema, partitioning, properties, name or description (once per
-        transaction). ``configuration`` replaces the properties; the protocol is upgraded if a
-        property needs it."""
+        transaction). ``configuration`` replaces the properties (unknown ``delta.*``/``txnlog.*``
+        keys are refused); the protocol is upgraded if a property needs it."""
         self._ensure_open()
         if self._metadata is not None:
             raise TransactionError("update_metadata may be called at most once per transaction")
-        from txnlog.schema import arrow_to_delta_schema, assign_column_mapping
-
         base = self.snapshot.metadata if self.snapshot is not None else None
-        if isinstance(schema, pa.Schema):
-            schema_string = arrow_to_delta_schema(schema)
-        elif isinstance(schema, str):
-            schema_string = schema
-        elif isinstance(schema, Mapping):
-            schema_string = orjson.dumps(schema).decode()
-        elif base is not None:
-            schema_string = base.schema_string
-        else:
-            raise TransactionError("a new table needs a schema")
-        conf = dict(configuration) if configuration is not None else dict(base.configuration if base else {})
-        props.validate(conf)
-        protocol_conf = {k: v for k, v in conf.items() if k.startswith(("delta.feature.", "delta.minReaderVersion", "delta.minWriterVersion"))}
-        conf = {k: v for k, v in conf.items() if k not in protocol_conf}
-        if props.COLUMN_MAPPING_MODE.get(conf) != "none":
-            schema_string, max_id = assign_column_mapping(schema_string, int(conf.get("delta.columnMapping.maxColumnId", 0)))
-            conf["delta.columnMapping.maxColumnId"] = str(max_id)
-        metadata = Metadata(
-            id=base.id if base else str(uuid.uuid4()),
-            schema_string=schema_string,
-            partition_columns=tuple(partition_columns) if partition_columns is not None else (base.partition_columns if base else ()),
-            configuration=conf,
-            created_time=base.created_time if base else _now_ms(),
-            name=name if name is not None else (base.name if base else None),
-            description=description if description is not None else (base.description if base else None),
-            format=base.format if base else Metadata.__dataclass_fields__["format"].default_factory(),  # type: ignore[misc]
-        )
-        metadata.schema  # validates the schema string, raising SchemaError naming the field
-        for column in metadata.partition_columns:
-            if column not in metadata.schema.names:
-                from txnlog.errors import SchemaError
-
-                raise SchemaError(f"partition column {column!r} is not in the schema", field=column)
-        required = protocol_for({**conf, **protocol_conf}, schema_string)
         current = self.snapshot.protocol if self.snapshot is not None else None
-        new_protocol = merge_protocols(current, required) if current is not None else required
-        if new_protocol != current:
-            self._protocol = new_protocol
+        metadata, protocol = updated_metadata(
+            base,
+            current,
+            schema=schema,
+            partition_columns=partition_columns,
+            configuration=configuration,
+            name=name,
+            description=description,
+            now_ms=_now_ms(),
+        )
+        if protocol is not None:
+            self._protocol = protocol
         self._metadata = metadata
         return metadata
 
@@ -380,104 +313,77 @@ class OptimisticTransaction:
     def set_domain_metadata(self, domain: str, configuration: str, *, removed: bool = False) -> None:
         """Write (or remove) the configuration of a user domain, e.g. ``"myapp.watermark"``."""
         self._ensure_open()
-        if domain.startswith("delta."):
+        if domain.startswith(props.RESERVED_DOMAIN_PREFIX):
             raise TransactionError(f"domain {domain!r} is reserved for the Delta protocol")
         self._domains[domain] = DomainMetadata(domain, configuration, removed)
 
     def set_operation_metrics(self, **metrics: int) -> None:
         self._metrics.update(metrics)
 
+    # -- staged file actions, reconciled --------------------------------------------------------
+
     # -- 4. validate: rules of this table's protocol ----------------------------------------
 
-    def _check_protocol_rules(self, protocol: Protocol, metadata: Metadata) -> None:
+    def _check_protocol_rules(self, protocol: Protocol, metadata: Metadata, removes: pa.Table) -> None:
         check_writable(protocol, metadata.schema_string, f"table {self.table.uri}")
         if self._domains and "domainMetadata" not in writer_features(protocol):
             raise UnsupportedFeatureError(
                 f"table {self.table.uri} does not have the domainMetadata writer feature; set the table "
-                "property delta.feature.domainMetadata=supported first",
+                f"property {props.FEATURES.key('domainMetadata')}=supported first",
                 features=("domainMetadata",),
             )
-        data_removes = [r for r in self._removes if r.data_change]
-        if data_removes and props.APPEND_ONLY.get(metadata.configuration):
+        data_removes = removes.filter(pc.fill_null(removes.column("data_change"), True))
+        if data_removes.num_rows and props.APPEND_ONLY.get(metadata.configuration):
             raise ProtocolViolationError(
-                f"table {self.table.uri} is append-only (delta.appendOnly=true); refusing to remove "
-                f"{data_removes[0].path}",
+                f"table {self.table.uri} is append-only ({props.APPEND_ONLY.key}=true); refusing to remove "
+                f"{data_removes.column('path')[0].as_py()}",
                 rule="appendOnly",
             )
-        if data_removes and props.ENABLE_CHANGE_DATA_FEED.get(metadata.configuration) and not self._cdc:
+        if data_removes.num_rows and props.ENABLE_CHANGE_DATA_FEED.get(metadata.configuration) and not self._cdc:
             raise ProtocolViolationError(
-                f"table {self.table.uri} records change data (delta.enableChangeDataFeed=true): a commit that "
+                f"table {self.table.uri} records change data ({props.ENABLE_CHANGE_DATA_FEED.key}=true): a commit that "
                 "removes data must also add cdc files (add_cdc_files)",
                 rule="changeDataFeed",
             )
 
-    def _isolation(self, metadata: Metadata) -> IsolationLevel:
-        file_actions = [*self._adds, *self._removes]
-        if (
-            file_actions
-            and not any(f.data_change for f in file_actions)
-            and self._metadata is None
-            and not self._txns
-        ):
+    def _isolation(self, metadata: Metadata, files: FileActions) -> IsolationLevel:
+        if files.changes_data() is False and self._metadata is None and not self._txns:
             return IsolationLevel.SNAPSHOT_ISOLATION  # compaction: rows are unchanged
         if self._requested_isolation is not None:
             return self._requested_isolation
         return IsolationLevel.parse(props.ISOLATION_LEVEL.get(metadata.configuration))
 
-    def _is_blind_append(self) -> bool:
-        return not self._removes and not self._read_keys and not self.read_predicates and not self._read_whole_table
+    def _is_blind_append(self, removes: pa.Table) -> bool:
+        return not removes.num_rows and not self._read_keys and not self.read_predicates and not self._read_whole_table
 
-    def _footprint(self, isolation: IsolationLevel) -> TransactionFootprint:
-        read_keys = set()
-        for keys in self._read_keys:
-            read_keys.update(keys.to_pylist())
+    def _footprint(self, isolation: IsolationLevel, removes: pa.Table) -> TransactionFootprint:
+        read_keys = [k.cast(pa.string()) for k in self._read_keys]
         return TransactionFootprint(
             read_version=self.read_version,
             isolation=isolation,
             read_predicates=list(self.read_predicates),
             read_whole_table=self._read_whole_table,
-            read_file_keys=read_keys,
+            read_file_keys=pa.concat_arrays(read_keys) if read_keys else pa.array([], pa.string()),
             app_ids=self._read_app_ids | set(self._txns),
             domains=set(self._domains),
-            removed_keys={key_of(codec.encode_action(r)["remove"]) for r in self._removes},
+            removed_keys=file_keys(removes) if removes.num_rows else pa.array([], pa.string()),
         )
 
     # -- 5. prepare -------------------------------------------------------------------------
 
-    def _metrics_for_commit(self) -> dict[str, str]:
+    def _metrics_for_commit(self, files: FileActions) -> dict[str, str]:
         metrics: dict[str, int] = {
-            "numFiles": len(self._adds),
-            "numAddedFiles": len(self._adds),
-            "numRemovedFiles": len(self._removes),
-            "numOutputBytes": sum(a.size for a in self._adds),
+            "numFiles": files.num_adds,
+            "numAddedFiles": files.num_adds,
+            "numRemovedFiles": files.removes.num_rows,
+            "numOutputBytes": files.added_bytes(),
+            "numOutputRows": files.added_rows(),
         }
-        rows = 0
-        for a in self._adds:
-            if a.stats:
-                try:
-                    rows += int(orjson.loads(a.stats).get("numRecords", 0))
-                except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
-                    pass
-        metrics["numOutputRows"] = rows
         metrics.update(self._metrics)
         return {k: str(v) for k, v in metrics.items()}
 
-    def _encoded_body(self) -> list[dict[str, Any]]:
-        """The actions after protocol and metaData, encoded once: they do not change between
-        attempts, and a large transaction's adds are costly to encode again on every retry."""
-        actions: list[Action] = [*self._txns.values(), *self._domains.values(), *self._removes, *self._adds, *self._cdc]
-        return [codec.encode_action(a) for a in actions]
-
-    def _prepare(
-        self,
-        version: int,
-        txn_id: str,
-        isolation: IsolationLevel,
-        blind: bool,
-        previous_ict: int | None,
-        metrics: dict[str, str],
-        body: list[dict[str, Any]],
-    ) -> list[dict[str, Any]]:
+    def _header(self, version: int, txn_id: str, isolation: IsolationLevel, blind: bool, previous_ict: int | None, metrics: dict[str, str]) -> list[dict[str, Any]]:
+        """commitInfo, protocol and metaData for an attempt at ``version``."""
         now = _now_ms()
         metadata = self._metadata
         ict = None
@@ -490,8 +396,8 @@ class OptimisticTransaction:
                     metadata,
                     configuration={
                         **metadata.configuration,
-                        "delta.inCommitTimestampEnablementVersion": str(version),
-                        "delta.inCommitTimestampEnablementTimestamp": str(ict),
+                        props.ICT_ENABLEMENT_VERSION.key: str(version),
+                        props.ICT_ENABLEMENT_TIMESTAMP.key: str(ict),
                     },
                 )
         info = CommitInfo(
@@ -512,7 +418,7 @@ class OptimisticTransaction:
             head.append(self._protocol)
         if metadata is not None:
             head.append(metadata)
-        return [*(codec.encode_action(a) for a in head), *body]
+        return [codec.encode_action(a) for a in head]
 
     def _previous_ict(self, version: int, winners: list[Commit]) -> int | None:
         if version == 0:
@@ -521,11 +427,10 @@ class OptimisticTransaction:
             if commit.version == version - 1:
                 info = commit.commit_info()
                 return info.in_commit_timestamp if info else None
-        try:
-            previous = read_commits(self.table.store, [list_log(self.table.store, version - 1).commits[version - 1]])[0]
-        except KeyError:
+        listing = list_log(self.table.store, version - 1)
+        if version - 1 not in listing.commits:
             return None
-        info = previous.commit_info()
+        info = read_commits(self.table.store, [listing.commits[version - 1]])[0].commit_info()
         return info.in_commit_timestamp if info else None
 
     # -- 6. publish -------------------------------------------------------------------------
@@ -533,140 +438,81 @@ class OptimisticTransaction:
     def commit(self) -> CommitResult:
         """Publish the staged actions as the next version; returns it (a ``CommitResult``).
 
-        Losing the race for a version re-checks the winners and retries at the next one, with
-        backoff, until ``txnlog.commit.retry.*`` runs out. A logical conflict raises a
-        ``CommitConflictError`` subclass at once.
+        Losing the race for a version re-checks the winners and retries at the next one until
+        ``txnlog.commit.retry.*`` runs out. A logical conflict raises a ``CommitConflictError``
+        subclass at once.
         """
         self._ensure_open()
         metadata = self.metadata
         protocol = self.protocol
         if self.snapshot is None and self._protocol is None:
             self._protocol = protocol
-        self._check_protocol_rules(protocol, metadata)
-        isolation = self._isolation(metadata)
-        blind = self._is_blind_append()
-        footprint = self._footprint(isolation)
-        policy = self._retry_policy or RetryPolicy.from_configuration(metadata.configuration)
-        clock = RetryClock(policy)
+        files = self._staging().to_commit()
+        removes = files.removes
+        self._check_protocol_rules(protocol, metadata, removes)
+        isolation = self._isolation(metadata, files)
+        blind = self._is_blind_append(removes)
         txn_id = str(uuid.uuid4())
-        store = self.table.store
-
-        metrics, body = self._metrics_for_commit(), self._encoded_body()
-        version = self.read_version + 1
-        winners: list[Commit] = []
+        metrics = self._metrics_for_commit(files)
+        # The actions after protocol and metaData, encoded once: they do not change between attempts.
+        others: list[Action] = [*self._txns.values(), *self._domains.values()]
+        head_rows = [codec.encode_action(a) for a in others]
+        cdc_rows = [codec.encode_action(c) for c in self._cdc]
+        body = b"\n".join(
+            [
+                *(orjson.dumps(r) for r in head_rows),
+                *files.lines(),
+                *(orjson.dumps(r) for r in cdc_rows),
+            ]
+        )
         ict_enabled = props.ENABLE_IN_COMMIT_TIMESTAMPS.get(metadata.configuration)
-        committed: list[dict[str, Any]] | None = None
-        while committed is None:
-            previous_ict = self._previous_ict(version, winners) if ict_enabled else None
-            actions = self._prepare(version, txn_id, isolation, blind, previous_ict, metrics, body)
-            try:
-                store.put_if_absent(commit_path(version), codec.dump_lines(actions))
-                committed = actions
-                break
-            except FileAlreadyExistsError:
-                if self.read_version < 0:
-                    self._state = "failed"
-                    raise TableAlreadyExistsError(
-                        f"a table was created at {self.table.uri} concurrently", uri=self.table.uri
-                    ) from None
-            except AmbiguousWriteError:
-                log.warning("commit of version %d to %s has an unknown outcome; checking the log", version, self.table.uri)
-            except Exception:
-                self._state = "failed"
-                raise
-            exhausted = clock.exhausted()
-            if not exhausted:
-                clock.backoff()  # wait before looking, so the version chosen next is fresh
-            # 3. refresh and 4. validate against every commit that won since the last look.
-            try:
-                new_winners = self._read_winners(version if not winners else winners[-1].version + 1)
-            except Exception:
-                self._state = "failed"
-                raise
-            for winner in new_winners:
-                summary = WinningCommit.of(winner)
-                if summary.txn_id == txn_id:
-                    # An earlier attempt with an unknown outcome did land: that is our commit.
-                    version = winner.version
-                    committed = winner.actions
-                    break
-                try:
-                    check_conflicts(footprint, summary)
-                except CommitConflictError as e:
-                    self._state = "failed"
-                    e.attempts = clock.retries + 1
-                    e.orphan_files = self.orphan_files
-                    raise
-            if committed is not None:
-                break
-            winners.extend(new_winners)
-            version = (winners[-1].version if winners else version - 1) + 1
-            if exhausted:
-                self._state = "failed"
-                raise CommitFailedError(
-                    f"gave up committing to {self.table.uri} after {clock.retries + 1} attempts in "
-                    f"{clock.elapsed_ms():.0f} ms (txnlog.commit.retry.num-retries={policy.num_retries}, "
-                    f"total-timeout-ms={policy.total_timeout_ms}); last version tried {version}",
-                    attempts=clock.retries + 1,
-                    version=version,
-                    orphan_files=self.orphan_files,
-                )
+        headers: dict[int, list[dict[str, Any]]] = {}
 
+        def prepare(version: int, winners: list[Commit]) -> bytes:
+            previous_ict = self._previous_ict(version, winners) if ict_enabled else None
+            headers[version] = self._header(version, txn_id, isolation, blind, previous_ict, metrics)
+            head = codec.dump_lines(headers[version])
+            return head + body + b"\n" if body else head
+
+        committer = Committer(
+            self.table.store,
+            read_version=self.read_version,
+            footprint=self._footprint(isolation, removes),
+            policy=self._retry_policy or RetryPolicy.from_configuration(metadata.configuration),
+            txn_id=txn_id,
+            prepare=prepare,
+            orphan_files=lambda: self.orphan_files,
+        )
+        try:
+            published = committer.publish()
+        except BaseException:
+            self._state = "failed"
+            raise
         self._state = "committed"
-        failures = self._run_hooks(version, winners, committed, metadata)
-        self.result = CommitResult(version, attempts=clock.retries + 1, hook_failures=failures, txn_id=txn_id)
+        version = published.version
+        own = files.commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + cdc_rows)
+        failures = self._after_commit(version, published.winners, own, metadata)
+        self.result = CommitResult(version, attempts=published.attempts, hook_failures=failures, txn_id=txn_id)
         return self.result
 
-    def _read_winners(self, start: int) -> list[Commit]:
-        store = self.table.store
-        listing = list_log(store, start)
-        last = max((v for v in listing.commits if v >= start), default=start - 1)
-        files: list[CommitFile] = []
-        for v in range(start, last + 1):
-            found = commit_file(store, listing, v)
-            if found is None:
-                if v == start:
-                    raise LogCorruptError(
-                        f"cannot check conflicts on {self.table.uri}: commit {start} is gone (log cleaned up?)", version=start
-                    )
-                raise LogCorruptError(f"{self.table.uri}: commit {v} is missing between winning commits", version=v)
-            files.append(found)
-        return read_commits(store, files)
-
-    def _run_hooks(
-        self, version: int, winners: list[Commit], committed: list[dict[str, Any]], metadata: Metadata
-    ) -> list[HookFailure]:
-        from txnlog.table import Snapshot
-
+    def _after_commit(self, version: int, winners: list[Commit], own: Commit, metadata: Metadata) -> list[HookFailure]:
+        """Hand the table the state at ``version``, then run the post-commit hooks."""
         post_state = None
         if self.snapshot is not None:
-            # The state at our version, from what this transaction already holds: it also becomes
-            # the table's latest known state, so the next transaction need not re-read our commit.
-            own = Commit(version, commit_path(version), _now_ms(), committed)
-            post_state = advance(self.snapshot._state, [*winners, own], f"{self.table.uri} version {version}")
-            cached = self.table._latest_state
-            if cached is None or cached.version < version:
-                self.table._latest_state = post_state
+            post_state = advance(self.snapshot.state, [*winners, own], f"{self.table.uri} version {version}")
+            if self._on_commit is not None:
+                self._on_commit(post_state)
         if self.hooks is None:
             return []
+        snapshot = self.snapshot
 
-        def snapshot_at_version() -> "Snapshot":
-            return Snapshot(self.table, post_state) if post_state is not None else self.table.snapshot(version)
+        def snapshot_at_version() -> Snapshot:
+            if post_state is not None and snapshot is not None:
+                return Snapshot(snapshot.store, post_state, table=snapshot.table, allow_absolute_paths=snapshot.allow_absolute_paths)
+            return self.table.snapshot(version)
 
         ctx = PostCommitContext(self.table, version, self.operation, dict(metadata.configuration), snapshot_at_version)
         return self.hooks.run(ctx)
 
 
-def _checked_reader(reader: pa.RecordBatchReader, metadata: Metadata) -> pa.RecordBatchReader:
-    """Enforce constraints batch by batch while the writer streams."""
-    from txnlog.txn.constraints import check_constraints
-
-    def batches() -> Iterable[pa.RecordBatch]:
-        for batch in reader:
-            check_constraints(pa.Table.from_batches([batch]), metadata)
-            yield batch
-
-    return pa.RecordBatchReader.from_batches(reader.schema, batches())
-
-
-__all__ = ["CommitResult", "OptimisticTransaction", "add_files_from_table"]
+__all__ = ["CommitResult", "OptimisticTransaction"]

@@ -1,6 +1,6 @@
-"""Writing data files and their per-file statistics."""
+"""Writing data files: Parquet in the table's layout, with per-file statistics."""
 
 from txnlog.write.parquet import write_data_files
-from txnlog.write.stats import file_stats, stats_columns
+from txnlog.write.stats import StatsCollector, file_stats
 
-__all__ = ["file_stats", "stats_columns", "write_data_files"]
+__all__ = ["StatsCollector", "file_stats", "write_data_files"]

@@ -23,34 +23,37 @@ If writing fails, every file this call wrote is deleted before the error propaga
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import random
 import string
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txnlog.errors import SchemaError, StorageError, TxnLogError
+from txnlog.errors import InvalidArgumentTypeError, SchemaError, StorageError, TxnLogError
+from txnlog.file_facts import (
+    is_column_mapped,
+    partition_fields,
+    partition_value_texts,
+    physical_schema,
+    stats_columns,
+)
 from txnlog.log.actions import AddFile
-from txnlog.properties import COLUMN_MAPPING_MODE, TARGET_FILE_SIZE
-from txnlog.schema import delta_field_metadata
+from txnlog.properties import TARGET_FILE_SIZE
 from txnlog.storage.base import LogStore
-from txnlog.write.stats import PHYSICAL_NAME_KEY, StatsCollector, physical_name_map, stats_columns
+from txnlog.write.stats import StatsCollector
 
 logger = logging.getLogger(__name__)
 
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-FIELD_ID_KEY = b"PARQUET:field_id"
-COLUMN_ID_KEY = "delta.columnMapping.id"
 
 # Rows of one file buffered before they become a row group (Arrow bytes).
 _ROW_GROUP_BYTES = 64 * 1024 * 1024
@@ -78,6 +81,7 @@ def write_data_files(
     target_file_size: int | None = None,
     data_change: bool = True,
     file_prefix: str = "part",
+    compression: str = "snappy",
 ) -> list[AddFile]:
     """Write ``data`` as Parquet data files under ``store``'s root; one AddFile per file.
 
@@ -87,10 +91,10 @@ def write_data_files(
     target = target_file_size if target_file_size is not None else TARGET_FILE_SIZE.get(configuration)
     if target <= 0:
         raise TxnLogError(f"target_file_size must be positive, got {target}")
-    reader = _as_reader(data)
+    reader = as_reader(data)
     layout = _Layout(table_schema, partition_columns, configuration)
     plan = _plan(reader.schema, table_schema)
-    files = _FileSet(store, layout, target, data_change, file_prefix)
+    files = _FileSet(store, layout, target, data_change, file_prefix, compression)
     try:
         for batch in reader:
             if not batch.num_rows:
@@ -104,7 +108,10 @@ def write_data_files(
         raise
 
 
-def _as_reader(data: Any) -> pa.RecordBatchReader:
+def as_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
+    """``data`` (a Table, RecordBatch, RecordBatchReader, anything with an Arrow C stream, or an
+    iterable of RecordBatches) as a RecordBatchReader; anything else is refused with
+    InvalidArgumentTypeError. An empty iterable reads as no rows of ``schema``."""
     if isinstance(data, pa.RecordBatchReader):
         return data
     if isinstance(data, pa.Table):
@@ -113,7 +120,24 @@ def _as_reader(data: Any) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(data.schema, [data])
     if hasattr(data, "__arrow_c_stream__"):
         return pa.RecordBatchReader.from_stream(data)
-    raise TxnLogError(f"write_data_files takes a pyarrow Table or RecordBatchReader, got {type(data).__name__}")
+    if not isinstance(data, (str, bytes, dict)) and hasattr(data, "__iter__"):
+        batches = iter(data)
+        first = next(batches, None)
+        if first is None:
+            return pa.RecordBatchReader.from_batches(schema if schema is not None else pa.schema([]), [])
+        if isinstance(first, pa.RecordBatch):
+
+            def all_batches() -> Iterator[pa.RecordBatch]:
+                yield first
+                for batch in batches:
+                    if not isinstance(batch, pa.RecordBatch):
+                        raise InvalidArgumentTypeError(f"expected pyarrow RecordBatches, got a {type(batch).__name__}")
+                    yield batch
+
+            return pa.RecordBatchReader.from_batches(first.schema, all_batches())
+    raise InvalidArgumentTypeError(
+        f"data must be a pyarrow Table, RecordBatch, RecordBatchReader or RecordBatch iterable, got {type(data).__name__}"
+    )
 
 
 # --- 1. conform to the table schema -------------------------------------------------------------
@@ -344,68 +368,28 @@ class _Layout:
     """What a write needs to know about the table, derived once from its metadata."""
 
     def __init__(self, table_schema: pa.Schema, partition_columns: Sequence[str], configuration: Mapping[str, str]) -> None:
-        self.mapped = COLUMN_MAPPING_MODE.get(configuration) != "none"
+        self.mapped = is_column_mapped(configuration)
         self.partitions: list[_PartitionColumn] = []
-        for name in partition_columns:
-            index = _find(list(table_schema), name)
-            if index is None:
-                raise SchemaError(f"partition column '{name}' is not in the table schema", field=name)
-            field = table_schema.field(index)
+        for key, field in partition_fields(table_schema, partition_columns, self.mapped):
             if pa.types.is_nested(field.type):
-                raise SchemaError(f"partition column '{name}' has nested type {field.type}", field=name)
-            self.partitions.append(_PartitionColumn(field.name, _physical_name(field) if self.mapped else field.name))
+                raise SchemaError(f"partition column '{field.name}' has nested type {field.type}", field=field.name)
+            self.partitions.append(_PartitionColumn(field.name, key))
         partition_names = {p.name for p in self.partitions}
         data_fields = [f for f in table_schema if f.name not in partition_names]
         if not data_fields:
             raise SchemaError("every column of the table is a partition column; data files need at least one other", field=None)
         self.data_names = [f.name for f in data_fields]
-        self.file_fields = [_file_field(f, self.mapped) for f in data_fields]
-        self.file_schema = pa.schema(self.file_fields)
+        self.file_schema = physical_schema(data_fields, self.mapped)
         self.stats_columns = stats_columns(table_schema, configuration, [p.name for p in self.partitions])
-        self.physical_names = physical_name_map(table_schema) if self.mapped else None
         self.table_schema = table_schema
 
     def file_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The columns stored in the data file: partition columns dropped, names made physical."""
         arrays = []
-        for name, field in zip(self.data_names, self.file_fields):
+        for name, field in zip(self.data_names, self.file_schema):
             array = batch.column(name)
             arrays.append(array if array.type == field.type else array.view(field.type))
         return pa.RecordBatch.from_arrays(arrays, schema=self.file_schema)
-
-
-def _physical_name(field: pa.Field) -> str:
-    physical = delta_field_metadata(field).get(PHYSICAL_NAME_KEY)
-    if not physical:
-        raise SchemaError(f"column '{field.name}' has no {PHYSICAL_NAME_KEY} but the table uses column mapping", field=field.name)
-    return str(physical)
-
-
-def _file_field(field: pa.Field, mapped: bool) -> pa.Field:
-    """The field as stored in Parquet: Delta metadata dropped; under column mapping, the physical
-    name and the column id as the Parquet field id, at every struct level."""
-    name, metadata = field.name, None
-    if mapped:
-        name = _physical_name(field)
-        column_id = delta_field_metadata(field).get(COLUMN_ID_KEY)
-        if column_id is not None:
-            metadata = {FIELD_ID_KEY: str(int(column_id)).encode()}
-    return pa.field(name, _file_type(field.type, mapped), field.nullable, metadata=metadata)
-
-
-def _file_type(t: pa.DataType, mapped: bool) -> pa.DataType:
-    if pa.types.is_struct(t):
-        return pa.struct([_file_field(child, mapped) for child in t])
-    if pa.types.is_list(t):
-        item = t.value_field
-        return pa.list_(pa.field(item.name, _file_type(item.type, mapped), item.nullable))
-    if pa.types.is_map(t):
-        key, item = t.key_field, t.item_field
-        return pa.map_(
-            pa.field(key.name, _file_type(key.type, mapped), False),
-            pa.field(item.name, _file_type(item.type, mapped), item.nullable),
-        )
-    return t
 
 
 # --- 2. split by partition values ----------------------------------------------------------------
@@ -445,52 +429,6 @@ def _partition_runs(
         yield tuple(v[0] for v in values), values, rows.slice(start, end - start)
 
 
-def partition_value_texts(values: pa.Array) -> list[tuple[str | None, str]]:
-    """For each value: its ``partitionValues`` string (None for null) and its directory text.
-
-    Serialized as PROTOCOL.md "Partition Value Serialization" says: numbers as decimal text,
-    dates ``YYYY-MM-DD``, booleans ``true``/``false``. ``timestamp`` values are written as
-    ISO-8601 UTC (``1970-01-01T00:00:00.000000Z``, the form the protocol recommends and
-    delta-spark writes by default); ``timestamp_ntz`` as ``1970-01-01 00:00:00.000000``.
-    An empty string is null, as the protocol says.
-    """
-    t = values.type
-    if pa.types.is_dictionary(t):
-        values, t = values.dictionary_decode(), t.value_type
-    if pa.types.is_timestamp(t):
-        micros = values.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64()).to_pylist()
-        out: list[tuple[str | None, str]] = []
-        for us in micros:
-            if us is None:
-                out.append((None, HIVE_DEFAULT_PARTITION))
-                continue
-            try:
-                moment = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=us)
-            except OverflowError:
-                raise SchemaError(f"partition value {us} µs since the epoch is outside years 1 to 9999") from None
-            wall = moment.isoformat(sep=" ", timespec="microseconds")
-            out.append((wall.replace(" ", "T") + "Z" if t.tz is not None else wall, wall))
-        return out
-    if pa.types.is_date(t):
-        texts = [d.isoformat() if d is not None else None for d in values.cast(pa.date32()).to_pylist()]
-    elif pa.types.is_boolean(t):
-        texts = [None if v is None else ("true" if v else "false") for v in values.to_pylist()]
-    elif pa.types.is_floating(t):
-        # Arrow prints the shortest text that round-trips the value at its own width.
-        raw = values.cast(pa.string()).to_pylist()
-        texts = [_JAVA_SPECIAL.get(v, v) if v is not None else None for v in raw]
-    elif pa.types.is_decimal(t):
-        texts = [format(v, "f") if isinstance(v, Decimal) else None for v in values.to_pylist()]
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        texts = [v.decode("latin-1") if v is not None else None for v in values.to_pylist()]  # one char per byte
-    else:
-        texts = [None if v is None else str(v) for v in values.to_pylist()]
-    return [(None, HIVE_DEFAULT_PARTITION) if not text else (text, text) for text in texts]
-
-
-_JAVA_SPECIAL = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
 def escape_path_name(text: str) -> str:
     """Hive/Spark escaping of a partition directory name component."""
     if not any(ch in _HIVE_ESCAPE for ch in text):
@@ -509,11 +447,13 @@ def encode_log_path(path: str) -> str:
 class _OpenFile:
     """One data file being written: its Parquet writer, buffered rows and running stats."""
 
-    def __init__(self, store: LogStore, layout: _Layout, path: str, partition_values: dict[str, str | None]) -> None:
+    def __init__(
+        self, store: LogStore, layout: _Layout, path: str, partition_values: dict[str, str | None], compression: str
+    ) -> None:
         self.path = path
         self.partition_values = partition_values
         self.layout = layout
-        self.stats = StatsCollector(layout.table_schema, layout.stats_columns, physical_names=layout.physical_names)
+        self.stats = StatsCollector(layout.table_schema, layout.stats_columns, mapped=layout.mapped)
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
         self.counted_disk = 0  # bytes of this file already in the write's size ratio
@@ -525,7 +465,7 @@ class _OpenFile:
             except FileNotFoundError:
                 fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 self.sink = fs.open_output_stream(target)
-            self.writer = pq.ParquetWriter(self.sink, layout.file_schema, compression="snappy")
+            self.writer = pq.ParquetWriter(self.sink, layout.file_schema, compression=compression)
         except OSError as e:
             raise StorageError(f"cannot create data file {store.uri_of(path)}: {e}", path=path) from e
 
@@ -580,8 +520,9 @@ class _OpenFile:
 class _FileSet:
     """The files of one write call, at most one open per partition."""
 
-    def __init__(self, store: LogStore, layout: _Layout, target: int, data_change: bool, prefix: str) -> None:
+    def __init__(self, store: LogStore, layout: _Layout, target: int, data_change: bool, prefix: str, compression: str) -> None:
         self.store = store
+        self.compression = compression
         self.layout = layout
         self.target = target
         self.data_change = data_change
@@ -603,7 +544,8 @@ class _FileSet:
         return f.disk_bytes() + f.pending_bytes * self.ratio
 
     def _new_path(self, values: tuple[tuple[str | None, str], ...]) -> str:
-        name = f"{self.prefix}-{self.counter:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        suffix = "" if self.compression == "none" else f".{self.compression}"
+        name = f"{self.prefix}-{self.counter:05d}-{uuid.uuid4()}-c000{suffix}.parquet"
         self.counter += 1
         if not self.layout.partitions:
             return name
@@ -622,7 +564,7 @@ class _FileSet:
                 path = self._new_path(values)
                 self.written.append(path)
                 partition_values = {p.key: value for p, (value, _) in zip(self.layout.partitions, values)}
-                f = self.open[key] = _OpenFile(self.store, self.layout, path, partition_values)
+                f = self.open[key] = _OpenFile(self.store, self.layout, path, partition_values, self.compression)
             self.open.move_to_end(key)
             room = self.target - self._estimate(f)
             estimate = rows.nbytes * self.ratio

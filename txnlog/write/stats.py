@@ -25,117 +25,23 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from decimal import Decimal
-from typing import Any, Mapping, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txnlog.errors import InvalidTablePropertyError
-from txnlog.properties import DATA_SKIPPING_NUM_INDEXED_COLS, DATA_SKIPPING_STATS_COLUMNS
-from txnlog.schema import delta_field_metadata
+from txnlog.file_facts import ColumnPath, encode_stats, leaf_paths, physical_path
 
 #: Characters of a string min/max kept (delta-spark's ``stats.skipping.string.prefixLength``).
 STRING_PREFIX_LENGTH = 32
 #: Appended to a cut string max; delta-spark's choice.
 MAX_TIE_BREAKER = "\ufffd"
-PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
-
-ColumnPath = tuple[str, ...]
 
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 _EPOCH = _dt.datetime(1970, 1, 1)
 # Timestamp ticks per millisecond, by unit (seconds are handled as a multiplication).
 _TICKS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
-
-
-# --- which columns -------------------------------------------------------------------------
-
-
-def stats_columns(
-    schema: pa.Schema, configuration: Mapping[str, str], partition_columns: Sequence[str]
-) -> list[ColumnPath]:
-    """Leaf column paths to collect stats for, in schema order.
-
-    Exactly the columns named by ``delta.dataSkippingStatsColumns`` (a struct name stands for all
-    its leaves; names match case-insensitively) when set, else the first
-    ``delta.dataSkippingNumIndexedCols`` leaves (-1: all). Partition columns never have stats;
-    arrays and maps count as one leaf each, as in delta-spark.
-    """
-    partitions = {c.lower() for c in partition_columns}
-    leaves = [p for f in schema if f.name.lower() not in partitions for p in _leaf_paths(f, ())]
-    wanted = DATA_SKIPPING_STATS_COLUMNS.get(configuration)
-    if wanted is not None:
-        prefixes = [tuple(part.lower() for part in parse_column_path(w)) for w in wanted]
-        return [leaf for leaf in leaves if any(_lowered(leaf)[: len(p)] == p for p in prefixes)]
-    limit = DATA_SKIPPING_NUM_INDEXED_COLS.get(configuration)
-    if limit < -1:
-        raise InvalidTablePropertyError(
-            f"table property {DATA_SKIPPING_NUM_INDEXED_COLS.key}={limit} is invalid: expected -1 or more",
-            key=DATA_SKIPPING_NUM_INDEXED_COLS.key,
-        )
-    return leaves if limit == -1 else leaves[:limit]
-
-
-def _lowered(path: ColumnPath) -> ColumnPath:
-    return tuple(p.lower() for p in path)
-
-
-def _leaf_paths(field: pa.Field, parent: ColumnPath) -> list[ColumnPath]:
-    path = (*parent, field.name)
-    if pa.types.is_struct(field.type):
-        return [leaf for child in field.type for leaf in _leaf_paths(child, path)]
-    return [path]
-
-
-def parse_column_path(text: str) -> ColumnPath:
-    """``a.b`` or ``` `a.b`.c ``` (backticks quote a name; a doubled backtick is a literal one;
-    whitespace around a name is ignored)."""
-    parts: list[str] = []
-    buf: list[str] = []
-    quoted = False
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quoted:
-            if ch == "`" and text[i + 1 : i + 2] == "`":
-                buf.append("`")
-                i += 1
-            elif ch == "`":
-                quoted = False
-            else:
-                buf.append(ch)
-        elif ch == "`":
-            quoted = True
-        elif ch == ".":
-            parts.append("".join(buf))
-            buf = []
-        elif not ch.isspace():
-            buf.append(ch)
-        i += 1
-    parts.append("".join(buf))
-    return tuple(parts)
-
-
-def physical_name_map(schema: pa.Schema) -> dict[str, str]:
-    """Logical column path (names joined by ``.``) to physical name, for every struct field that
-    carries ``delta.columnMapping.physicalName`` in its Delta metadata: the ``physical_names``
-    argument of :func:`file_stats` for a column-mapped table."""
-    out: dict[str, str] = {}
-
-    def walk(field: pa.Field, parent: str) -> None:
-        path = f"{parent}.{field.name}" if parent else field.name
-        physical = delta_field_metadata(field).get(PHYSICAL_NAME_KEY)
-        if physical:
-            out[path] = str(physical)
-        if pa.types.is_struct(field.type):
-            for child in field.type:
-                walk(child, path)
-
-    for f in schema:
-        walk(f, "")
-    return out
 
 
 # --- aggregation -----------------------------------------------------------------------------
@@ -210,7 +116,7 @@ class _Leaf:
         if self.kind == "float":
             return (self.low if math.isfinite(self.low) else None, self.high if math.isfinite(self.high) else None)
         if self.kind == "decimal":
-            return _decimal_json(self.low), _decimal_json(self.high)
+            return self.low, self.high  # Decimals: encode_stats writes them as exact JSON numbers
         if self.kind == "date":
             return _date_text(self.low), _date_text(self.high)
         if self.kind == "timestamp":
@@ -218,11 +124,6 @@ class _Leaf:
             unit, utc = self.type.unit, self.type.tz is not None
             return _timestamp_text(_to_ms(self.low, unit, up=False), utc), _timestamp_text(_to_ms(self.high, unit, up=True), utc)
         return truncate_min_string(self.low), truncate_max_string(self.high)
-
-
-def _decimal_json(value: Decimal) -> orjson.Fragment:
-    # Plain notation, scale digits kept ("-5.670"), as a JSON number: no float rounding.
-    return orjson.Fragment(format(value, "f"))
 
 
 def _date_text(days: int) -> str | None:
@@ -298,32 +199,25 @@ def _resolve(schema: pa.Schema, path: ColumnPath) -> tuple[list[int], pa.DataTyp
 class StatsCollector:
     """Accumulates the stats of one data file over the batches written to it.
 
-    ``schema`` is the schema of the batches passed to :meth:`update`; ``columns`` are logical
-    column paths (from :func:`stats_columns`); a path naming a struct stands for its leaves.
-    ``physical_names`` maps logical paths joined by ``.`` to the physical name written in the
-    JSON (see :func:`physical_name_map`).
+    ``schema`` is the schema of the batches passed to :meth:`update` (logical names, Delta field
+    metadata kept); ``columns`` are logical column paths (from
+    :func:`txnlog.file_facts.stats_columns`); a path naming a struct stands for its leaves. With
+    ``mapped`` (column mapping), the JSON is keyed by physical names.
     """
 
-    def __init__(
-        self,
-        schema: pa.Schema,
-        columns: Sequence[ColumnPath],
-        *,
-        physical_names: Mapping[str, str] | None = None,
-    ) -> None:
+    def __init__(self, schema: pa.Schema, columns: Sequence[ColumnPath], *, mapped: bool = False) -> None:
         self.num_records = 0
         self._leaves: list[_Leaf] = []
         self._indices: list[list[int] | None] = []
-        names = physical_names or {}
         for path in columns:
             resolved = _resolve(schema, tuple(path))
             if resolved is not None and pa.types.is_struct(resolved[1]):
-                expanded = _leaf_paths(pa.field(path[-1], resolved[1]), tuple(path[:-1]))
+                expanded = leaf_paths(pa.field(path[-1], resolved[1]), tuple(path[:-1]))
             else:
                 expanded = [tuple(path)]
             for leaf_path in expanded:
                 found = _resolve(schema, leaf_path)
-                keys = tuple(names.get(".".join(leaf_path[: i + 1]), leaf_path[i]) for i in range(len(leaf_path)))
+                keys = physical_path(schema, leaf_path, mapped) if found else leaf_path
                 self._leaves.append(_Leaf(leaf_path, keys, found[1] if found else None))
                 self._indices.append(found[0] if found else None)
 
@@ -340,7 +234,7 @@ class StatsCollector:
             leaf.update(values)
 
     def to_dict(self) -> dict[str, Any]:
-        """The stats as a JSON-ready dict (decimals as ``orjson.Fragment`` numbers)."""
+        """The stats as a dict for :func:`txnlog.file_facts.encode_stats` (decimals as ``Decimal``)."""
         low_values: dict[str, Any] = {}
         high_values: dict[str, Any] = {}
         null_counts: dict[str, Any] = {}
@@ -361,7 +255,7 @@ class StatsCollector:
         return out
 
     def to_json(self) -> str:
-        return orjson.dumps(self.to_dict()).decode()
+        return encode_stats(self.to_dict())
 
 
 def _put(tree: dict[str, Any], keys: ColumnPath, value: Any) -> None:
@@ -370,13 +264,8 @@ def _put(tree: dict[str, Any], keys: ColumnPath, value: Any) -> None:
     tree[keys[-1]] = value
 
 
-def file_stats(
-    data: pa.Table | pa.RecordBatch,
-    columns: list[ColumnPath],
-    *,
-    physical_names: Mapping[str, str] | None = None,
-) -> str:
+def file_stats(data: pa.Table | pa.RecordBatch, columns: list[ColumnPath], *, mapped: bool = False) -> str:
     """The Delta stats JSON string of a data file holding exactly the rows of ``data``."""
-    collector = StatsCollector(data.schema, columns, physical_names=physical_names)
+    collector = StatsCollector(data.schema, columns, mapped=mapped)
     collector.update(data)
     return collector.to_json()

@@ -6,36 +6,40 @@ delta-spark's invariant checker.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from txnlog import properties as props
 from txnlog.errors import ProtocolViolationError
-from txnlog.log.actions import Metadata
+from txnlog.predicates import FilePredicate
 from txnlog.schema import delta_field_metadata
 
 
-def table_constraints(metadata: Metadata) -> Iterator[tuple[str, str]]:
+def table_constraints(schema: pa.Schema, configuration: Mapping[str, str]) -> Iterator[tuple[str, str]]:
     """(name, SQL expression) for each CHECK constraint and column invariant of the table."""
-    for key, value in metadata.configuration.items():
-        if key.startswith("delta.constraints."):
-            yield key[len("delta.constraints.") :], value
-    for field in metadata.schema:
-        raw = delta_field_metadata(field).get("delta.invariants")
+    yield from props.CONSTRAINTS.items(configuration)
+    for field in schema:
+        raw = delta_field_metadata(field).get(props.INVARIANTS_KEY)
         if raw:
             expression = orjson.loads(raw) if isinstance(raw, str) else raw
             yield f"invariant on {field.name}", expression["expression"]["expression"]
 
 
-def check_constraints(data: pa.Table, metadata: Metadata) -> None:
-    """Raise ProtocolViolationError naming the constraint and a failing row, if any row fails."""
-    from txnlog.predicates import FilePredicate
+def constraint_predicates(
+    schema: pa.Schema, partition_columns: Sequence[str], configuration: Mapping[str, str]
+) -> list[tuple[str, FilePredicate]]:
+    """Each constraint parsed once, for checking batch after batch."""
+    return [(name, FilePredicate(sql, schema, partition_columns)) for name, sql in table_constraints(schema, configuration)]
 
-    for name, sql in table_constraints(metadata):
-        predicate = FilePredicate(sql, metadata.schema, metadata.partition_columns)
+
+def check_constraints(data: pa.Table, constraints: Sequence[tuple[str, FilePredicate]]) -> None:
+    """Raise ProtocolViolationError naming the constraint and a failing row, if any row fails."""
+    for name, predicate in constraints:
+        sql = predicate.sql
         ok = ds.dataset(data).to_table(columns={"ok": predicate.row_filter()}).column("ok")
         failing = pc.invert(pc.fill_null(ok, False))
         count = pc.sum(failing).as_py() or 0

@@ -1,0 +1,88 @@
+"""WriteContext: picklable, opens the table's store itself, writes in the table's layout and
+returns file actions ready for a transaction, in this process or another."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+
+import txnlog
+from txnlog import Table, WriteContext
+from txnlog.errors import InvalidArgumentTypeError, ProtocolViolationError, SchemaError
+from txnlog.log.file_actions import FILES_SCHEMA
+
+SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string()), ("value", pa.float64())])
+
+
+def _rows(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": list(range(start, start + n)), "part": ["a", "b"] * (n // 2), "value": [1.5] * n})
+
+
+def _write_in_child(context: WriteContext, start: int) -> list[dict[str, Any]]:
+    # An executor has only the context: it opens the store from the URI and options itself.
+    written = context.write(_rows(10, start))
+    return written.files.to_pylist()
+
+
+def test_context_pickles_and_writes_from_another_process(tmp_path: Path) -> None:
+    table = Table.create(tmp_path / "t", SCHEMA, partition_by=["part"], properties={"delta.constraints.positive": "id >= 0"})
+    context = WriteContext.for_snapshot(table.snapshot())
+    assert pickle.loads(pickle.dumps(context)) == context
+    with mp.get_context("spawn").Pool(2) as pool:
+        rows = [r for part in pool.starmap(_write_in_child, [(context, 0), (context, 100)]) for r in part]
+    files = pa.Table.from_pylist(rows, schema=FILES_SCHEMA)
+    assert files.num_rows == 4 and len(set(files.column("path").to_pylist())) == 4
+    with table.transaction() as txn:
+        txn.add_files(files)
+    assert table.snapshot().num_files == 4
+    assert DeltaTable(table.uri).to_pyarrow_table().num_rows == 20
+
+
+def test_written_files_follow_the_table_layout(tmp_path: Path) -> None:
+    table = Table.create(tmp_path / "t", SCHEMA, partition_by=["part"], properties={"delta.columnMapping.mode": "name"})
+    context = WriteContext.for_snapshot(table.snapshot(), compression="zstd")
+    written = context.write(iter(_rows(6).to_batches()))
+    assert written.num_files == 2
+    assert written.files.schema == FILES_SCHEMA
+    add = written.add_files[0]
+    assert add.partition_values and next(iter(add.partition_values)).startswith("col-")
+    parquet = pq.ParquetFile(tmp_path / "t" / add.path)
+    assert parquet.metadata.row_group(0).column(0).compression == "ZSTD"
+    assert all(name.startswith("col-") for name in parquet.schema_arrow.names)
+    assert parquet.schema_arrow.names == context.file_schema.names
+
+
+def test_checks_happen_before_any_file_is_written(tmp_path: Path) -> None:
+    table = Table.create(tmp_path / "t", SCHEMA, partition_by=["part"], properties={"delta.constraints.positive": "id >= 0"})
+    context = WriteContext.for_snapshot(table.snapshot())
+
+    def data_files() -> list[Path]:
+        return [p for p in (tmp_path / "t").rglob("*.parquet")]
+
+    with pytest.raises(SchemaError, match="'value'") as err:
+        context.write(pa.table({"id": [1], "part": ["a"], "value": ["not a number"]}))
+    assert err.value.field == "value"
+    with pytest.raises(SchemaError, match="'extra'"):
+        table.append(pa.table({"id": [1], "part": ["a"], "value": [1.0], "extra": [1]}))
+    with pytest.raises(ProtocolViolationError, match="positive"):
+        context.write(pa.table({"id": [-1], "part": ["a"], "value": [1.0]}))
+    with pytest.raises(InvalidArgumentTypeError):
+        context.write({"id": [1]})  # type: ignore[arg-type]
+    assert data_files() == []
+    assert table.latest_version() == 0
+
+
+def test_table_append_and_transaction_write_use_it(tmp_path: Path) -> None:
+    table = Table.create(tmp_path / "t", SCHEMA, partition_by=["part"])
+    table.append(_rows(4))
+    with table.transaction() as txn:
+        assert txn.write_context() == WriteContext.for_snapshot(table.snapshot())
+        txn.write(_rows(2, 10))
+    assert txnlog.Table(table.uri).snapshot().num_files == 4

@@ -1,0 +1,97 @@
+"""A table's history: each version's commit time and commitInfo, and the version at a time.
+
+Commit times are in-commit timestamps from the version they were enabled at, file modification
+times before, made monotonic as Delta does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from txnlog.errors import TableNotFoundError, VersionNotFoundError
+from txnlog.log.actions import CommitInfo
+from txnlog.log.codec import encode_action
+from txnlog.log.filenames import LOG_DIR
+from txnlog.log.replay import Commit, read_commits
+from txnlog.log.segment import LogListing, list_log
+from txnlog.storage.base import LogStore
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    version: int
+    timestamp: int
+    commit_info: CommitInfo | None
+
+    def to_dict(self) -> dict[str, Any]:
+        body = encode_action(self.commit_info)["commitInfo"] if self.commit_info else {}
+        return {**body, "version": self.version, "timestamp": self.timestamp}
+
+
+def _listing(store: LogStore) -> LogListing:
+    listing = list_log(store)
+    if listing.latest_version() is None:
+        raise TableNotFoundError(f"no Delta table at {store.root_uri}: {LOG_DIR}/ has no commits", uri=store.root_uri)
+    return listing
+
+
+def commit_timestamps(store: LogStore, listing: LogListing, commits: dict[int, Commit]) -> list[tuple[int, int]]:
+    """(version, commit time) for every commit still in the log, oldest first. The commits it
+    had to read are left in ``commits`` for the caller."""
+    versions = sorted(listing.commits)
+
+    def has_ict(v: int) -> bool:
+        if v not in commits:
+            commits[v] = read_commits(store, [listing.commits[v]])[0]
+        info = commits[v].commit_info()
+        return info is not None and info.in_commit_timestamp is not None
+
+    # In-commit timestamps, once enabled, are on every later commit: find where they start.
+    ict_from = len(versions)
+    if versions and has_ict(versions[-1]):
+        lo, hi = 0, len(versions) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if has_ict(versions[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        ict_from = lo
+        missing = [listing.commits[v] for v in versions[ict_from:] if v not in commits]
+        commits.update({c.version: c for c in read_commits(store, missing)})
+    ict_commits = {v: commits[v] for v in versions[ict_from:]}
+    out: list[tuple[int, int]] = []
+    previous = None
+    for v in versions:
+        ts = ict_commits[v].timestamp if v in ict_commits else listing.commits[v].modification_time
+        if previous is not None and ts <= previous and v not in ict_commits:
+            ts = previous + 1
+        out.append((v, ts))
+        previous = ts
+    return out
+
+
+def version_at(store: LogStore, timestamp_ms: int) -> int:
+    """The last version committed at or before ``timestamp_ms``."""
+    stamps = commit_timestamps(store, _listing(store), {})
+    candidates = [v for v, t in stamps if t <= timestamp_ms]
+    if not candidates:
+        raise VersionNotFoundError(
+            f"{store.root_uri}: timestamp {timestamp_ms} is before the earliest commit still in the log "
+            f"(version {stamps[0][0]} at {stamps[0][1]})"
+        )
+    return candidates[-1]
+
+
+def history(store: LogStore, limit: int | None = None) -> list[HistoryEntry]:
+    """The commitInfo of each version still in the log, newest first."""
+    listing = _listing(store)
+    commits: dict[int, Commit] = {}
+    stamps = commit_timestamps(store, listing, commits)
+    if limit is not None:
+        stamps = stamps[-limit:] if limit > 0 else []
+    stamps.reverse()
+    missing = [listing.commits[v] for v, _ in stamps if v not in commits]
+    commits.update({c.version: c for c in read_commits(store, missing)})
+    return [HistoryEntry(v, t, commits[v].commit_info()) for v, t in stamps]

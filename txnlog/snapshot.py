@@ -1,0 +1,163 @@
+"""Snapshot: the read view of a table at one version, a pure function of the log.
+
+It sits below transactions and the :class:`~txnlog.table.Table` entry point: it knows the store
+it reads from and the log-level :class:`~txnlog.log.replay.TableState`, nothing above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from txnlog import properties as props
+from txnlog.file_facts import physical_names
+from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
+from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
+from txnlog.log.features import check_readable
+from txnlog.log.replay import TableState, advance, read_commits, replay
+from txnlog.log.segment import build_segment, commit_file, list_log
+from txnlog.predicates import FilePredicate
+from txnlog.storage.base import LogStore
+from txnlog.storage.paths import FileLocation, locate
+
+if TYPE_CHECKING:  # for annotations only: a Table sits above its snapshots
+    from txnlog.table import Table
+
+
+class Snapshot:
+    """The state of a table at one version.
+
+    ``allow_absolute_paths``: resolve file paths outside the table root (shallow clones) instead
+    of refusing them; see :mod:`txnlog.storage.paths`.
+    """
+
+    def __init__(
+        self,
+        store: LogStore,
+        state: TableState,
+        *,
+        table: Table | None = None,
+        allow_absolute_paths: bool = False,
+    ) -> None:
+        self.store = store
+        self._state = state
+        #: The Table that opened this snapshot, if any.
+        self.table = table
+        self.allow_absolute_paths = allow_absolute_paths
+        check_readable(state.protocol, f"table {store.root_uri} at version {state.version}")
+
+    def __repr__(self) -> str:
+        return f"Snapshot({self.uri!r}, version={self.version}, files={self.num_files})"
+
+    @property
+    def uri(self) -> str:
+        return self.store.root_uri
+
+    @property
+    def state(self) -> TableState:
+        """The log-level state this snapshot shows (what checkpoints and transactions build on)."""
+        return self._state
+
+    @property
+    def version(self) -> int:
+        return self._state.version
+
+    @property
+    def protocol(self) -> Protocol:
+        return self._state.protocol
+
+    @property
+    def metadata(self) -> Metadata:
+        return self._state.metadata
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._state.metadata.schema
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return self._state.metadata.partition_columns
+
+    @property
+    def configuration(self) -> Mapping[str, str]:
+        return self._state.metadata.configuration
+
+    def table_property(self, prop: props.TableProperty[Any]) -> Any:
+        """A typed table property, e.g. ``snap.table_property(txnlog.properties.CHECKPOINT_INTERVAL)``."""
+        return prop.get(self._state.metadata.configuration)
+
+    @property
+    def num_files(self) -> int:
+        return int(self._state.files.num_rows)
+
+    def files(self, predicate: str | FilePredicate | None = None) -> pa.Table:
+        """One row per live file (the columns of ``txnlog.log.file_actions.FILES_SCHEMA``).
+
+        With a SQL ``predicate``, only files that may hold matching rows, judged by partition
+        values and min/max stats. Paths are as the log holds them: :meth:`file_uris` resolves
+        them, refusing any that leave the table root.
+        """
+        files = self._state.files
+        if predicate is None:
+            return files
+        return self.predicate(predicate).filter(files)
+
+    def locate(self, path: str) -> FileLocation:
+        """Where the data file ``path`` (an ``add.path`` of this snapshot) is; raises
+        UnsafePathError naming the version and path if it leaves the table root."""
+        return locate(self.uri, path, allow_absolute=self.allow_absolute_paths, version=self.version)
+
+    def file_uris(self, predicate: str | FilePredicate | None = None) -> list[str]:
+        """Absolute URIs of the live data files; UnsafePathError for a path that leaves the table root."""
+        return [self.locate(p).uri for p in self.files(predicate).column("path").to_pylist()]
+
+    def predicate(self, predicate: str | FilePredicate) -> FilePredicate:
+        if isinstance(predicate, FilePredicate):
+            return predicate
+        return FilePredicate(predicate, self.schema, self.partition_columns, physical_names(self.schema, self.configuration))
+
+    def tombstones(self) -> pa.Table:
+        """Removed files not live again (the columns of ``TOMBSTONES_SCHEMA``), for vacuum."""
+        return self._state.tombstones()
+
+    def app_transaction_version(self, app_id: str) -> int | None:
+        txn = self._state.app_transactions.get(app_id)
+        return txn.version if txn else None
+
+    @property
+    def app_transactions(self) -> Mapping[str, Txn]:
+        return dict(self._state.app_transactions)
+
+    def domain_metadata(self, domain: str) -> str | None:
+        d = self._state.domains.get(domain)
+        return d.configuration if d else None
+
+    @property
+    def domains(self) -> Mapping[str, DomainMetadata]:
+        return dict(self._state.domains)
+
+    def checkpoint(self, *, now_ms: int | None = None) -> CheckpointResult:
+        """Write a checkpoint of this version (see :func:`txnlog.log.checkpoint_writer.write_checkpoint`)."""
+        return write_checkpoint(self.store, self._state, now_ms=now_ms)
+
+    def _with(self, state: TableState) -> Snapshot:
+        return Snapshot(self.store, state, table=self.table, allow_absolute_paths=self.allow_absolute_paths)
+
+    def update(self) -> Snapshot:
+        """This snapshot brought up to the latest version, reading only the commits after it."""
+        listing = list_log(self.store, self.version + 1)
+        newer = sorted(v for v in listing.commits if v > self.version)
+        if not newer:
+            return self
+        files = [commit_file(self.store, listing, v) for v in range(self.version + 1, newer[-1] + 1)]
+        present = [f for f in files if f is not None]
+        if len(present) != len(files):
+            # The commits we need were cleaned up: rebuild from the log.
+            return self._with(replay(self.store, build_segment(self.store)))
+        commits = read_commits(self.store, present)
+        return self._with(advance(self._state, commits, f"{self.uri} version {newer[-1]}"))
+
+
+__all__ = ["Snapshot"]

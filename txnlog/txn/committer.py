@@ -1,0 +1,183 @@
+"""The committer: publish a prepared commit with put-if-absent, and resolve lost races.
+
+    attempt at version N ── put-if-absent N.json ──▶ published
+            │ N exists (a lost race)
+            ▼
+    read N directly (a listing may lag), then the commits after it
+            ▼
+    check all winners at once (a conflict raises, never retried)
+            ▼
+    back off (capped, jittered), catch up with commits that landed meanwhile, retry at the next version
+
+An outcome that is unknown (a timeout after the write was sent, or any error the store did not
+classify) is resolved by reading N: if it holds this transaction's txnId, that is the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from txnlog import properties as props
+from txnlog.errors import (
+    AmbiguousWriteError,
+    CommitConflictError,
+    CommitFailedError,
+    FileAlreadyExistsError,
+    LogCorruptError,
+    ObjectNotFoundError,
+    StorageError,
+    TableAlreadyExistsError,
+    TxnLogError,
+)
+from txnlog.log import codec
+from txnlog.log.filenames import commit_path
+from txnlog.log.replay import Commit, read_commits
+from txnlog.log.segment import CommitFile, commit_file, list_log
+from txnlog.storage.base import LogStore
+from txnlog.txn.conflicts import TransactionFootprint, Winners, check_conflicts
+from txnlog.txn.retry import RetryClock, RetryPolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Published:
+    """Where a commit landed: its version, the winners it was checked against (oldest first)
+    and the number of attempts."""
+
+    version: int
+    winners: list[Commit]
+    attempts: int
+
+
+class Committer:
+    """Publishes one transaction's commit. ``prepare(version, winners)`` returns the commit's
+    bytes for an attempt at ``version`` (commitInfo and in-commit timestamps depend on it)."""
+
+    def __init__(
+        self,
+        store: LogStore,
+        *,
+        read_version: int,
+        footprint: TransactionFootprint,
+        policy: RetryPolicy,
+        txn_id: str,
+        prepare: Callable[[int, list[Commit]], bytes],
+        orphan_files: Callable[[], tuple[str, ...]],
+    ) -> None:
+        self.store = store
+        self.read_version = read_version
+        self.footprint = footprint
+        self.policy = policy
+        self.txn_id = txn_id
+        self.prepare = prepare
+        self.orphan_files = orphan_files
+        self.clock = RetryClock(policy)
+        self.winners: list[Commit] = []
+
+    def publish(self) -> Published:
+        version = self.read_version + 1
+        while True:
+            data = self.prepare(version, self.winners)
+            try:
+                self.store.put_if_absent(commit_path(version), data)
+                return Published(version, self.winners, self.clock.attempts)
+            except FileAlreadyExistsError:
+                if self.read_version < 0:
+                    raise TableAlreadyExistsError(
+                        f"a table was created at {self.store.root_uri} concurrently", uri=self.store.root_uri
+                    ) from None
+                lost = True
+            except AmbiguousWriteError as e:
+                log.warning("commit of version %d to %s has an unknown outcome (%s); checking the log", version, self.store.root_uri, e)
+                if self._landed(version):
+                    return Published(version, self.winners, self.clock.attempts)
+                lost = self.store.exists(commit_path(version))
+            except StorageError:
+                raise
+            except Exception as e:  # the store did not classify it: the write may have landed
+                log.warning("commit of version %d to %s raised %r; checking the log before reporting", version, self.store.root_uri, e)
+                if self._landed(version):
+                    return Published(version, self.winners, self.clock.attempts)
+                raise CommitFailedError(
+                    f"commit of version {version} to {self.store.root_uri} failed and did not land: {e!r}",
+                    attempts=self.clock.attempts,
+                    version=version,
+                    orphan_files=self.orphan_files(),
+                ) from e
+            if self.clock.exhausted():
+                raise self._gave_up(version)
+            self.clock.retry()
+            if lost:
+                # 3. refresh and 4. validate: version N is there, whatever a listing says.
+                mine = self._absorb(self._read_from(version, known=version))
+                if mine is None:
+                    self.clock.backoff()
+                    # Catch up with what landed while waiting, so the next attempt is fresh.
+                    mine = self._absorb(self._read_from(self.winners[-1].version + 1))
+                if mine is not None:
+                    return Published(mine, self.winners, self.clock.attempts)
+                version = self.winners[-1].version + 1
+
+    def _landed(self, version: int) -> bool:
+        """Whether ``version`` holds this transaction's commit (an earlier attempt that landed)."""
+        try:
+            data = self.store.read(commit_path(version))
+        except ObjectNotFoundError:
+            return False
+        commit = Commit(version, commit_path(version), 0, codec.parse_lines(data, path=commit_path(version), version=version))
+        info = commit.commit_info()
+        return info is not None and info.txn_id == self.txn_id
+
+    def _absorb(self, commits: list[Commit]) -> int | None:
+        """Check ``commits`` and add them to the winners; the version of this transaction's own
+        commit instead, if one of them is it (an earlier attempt whose outcome was unknown)."""
+        for i, commit in enumerate(commits):
+            info = commit.commit_info()
+            if info is not None and info.txn_id == self.txn_id:
+                self._absorb(commits[:i])
+                return commit.version
+        if not commits:
+            return None
+        winners = Winners.of(commits)
+        try:
+            check_conflicts(self.footprint, winners)
+        except CommitConflictError as e:
+            e.attempts = self.clock.attempts
+            e.orphan_files = self.orphan_files()
+            raise
+        self.winners.extend(commits)
+        return None
+
+    def _read_from(self, start: int, *, known: int | None = None) -> list[Commit]:
+        """The commits from ``start`` on, in order. ``known`` is a version certain to exist (the
+        one a put-if-absent collided with): it is read directly, not looked for in a listing."""
+        listing = list_log(self.store, start)
+        last = max((v for v in listing.commits if v >= start), default=start - 1)
+        if known is not None:
+            last = max(last, known)
+        files: list[CommitFile] = []
+        for v in range(start, last + 1):
+            found = commit_file(self.store, listing, v)
+            if found is None:
+                if v == start:
+                    raise LogCorruptError(
+                        f"cannot check conflicts on {self.store.root_uri}: commit {start} is gone (log cleaned up?)",
+                        version=start,
+                    )
+                raise LogCorruptError(f"{self.store.root_uri}: commit {v} is missing between winning commits", version=v)
+            files.append(found)
+        return read_commits(self.store, files)
+
+    def _gave_up(self, version: int) -> TxnLogError:
+        clock, policy = self.clock, self.policy
+        return CommitFailedError(
+            f"gave up committing to {self.store.root_uri} after {clock.attempts} attempts in "
+            f"{clock.elapsed_ms():.0f} ms ({props.COMMIT_RETRIES.key}={policy.num_retries}, "
+            f"{props.COMMIT_TOTAL_TIMEOUT_MS.key}={policy.total_timeout_ms}); last version tried {version}",
+            attempts=clock.attempts,
+            version=version,
+            orphan_files=self.orphan_files(),
+        )

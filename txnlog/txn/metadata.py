@@ -1,0 +1,93 @@
+"""Metadata and protocol updates: what ``update_metadata`` turns into a new ``metaData`` action,
+and the protocol it needs."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from txnlog import properties as props
+from txnlog.errors import InvalidArgumentTypeError, SchemaError, TransactionError
+from txnlog.log.actions import Format, Metadata, Protocol
+from txnlog.log.features import merge_protocols, protocol_for
+from txnlog.schema import arrow_to_delta_schema, assign_column_mapping
+
+
+def schema_string_of(schema: pa.Schema | str | Mapping[str, Any]) -> str:
+    """A Delta schemaString from a pyarrow schema, a Delta schema as JSON text, or as a dict."""
+    if isinstance(schema, pa.Schema):
+        return arrow_to_delta_schema(schema)
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, Mapping):
+        return orjson.dumps(schema).decode()
+    raise InvalidArgumentTypeError(
+        f"schema must be a pyarrow Schema or a Delta schema (JSON text or dict), got {type(schema).__name__}"
+    )
+
+
+def _is_protocol_directive(key: str) -> bool:
+    """Keys that ask for a protocol rather than describe the table; they are not stored."""
+    lowered = key.lower()
+    return lowered.startswith(props.FEATURES.prefix.lower()) or lowered in (
+        props.MIN_READER_VERSION.key.lower(),
+        props.MIN_WRITER_VERSION.key.lower(),
+    )
+
+
+def _configuration(base: Mapping[str, str], requested: Mapping[str, str]) -> dict[str, str]:
+    """``requested`` checked through the registry. Keys the table already carries unchanged
+    (another engine's, perhaps unknown here) pass as they are; new or changed ones must be known."""
+    changed = {k: v for k, v in requested.items() if base.get(k) != v}
+    normalized = props.normalize(changed)
+    return {**{k: v for k, v in requested.items() if k not in changed}, **normalized}
+
+
+def updated_metadata(
+    base: Metadata | None,
+    base_protocol: Protocol | None,
+    *,
+    schema: pa.Schema | str | Mapping[str, Any] | None = None,
+    partition_columns: Sequence[str] | None = None,
+    configuration: Mapping[str, str] | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    now_ms: int,
+) -> tuple[Metadata, Protocol | None]:
+    """The new metaData, and the protocol to write with it (None when the current one serves)."""
+    if schema is not None:
+        schema_string = schema_string_of(schema)
+    elif base is not None:
+        schema_string = base.schema_string
+    else:
+        raise TransactionError("a new table needs a schema")
+    if configuration is not None and not isinstance(configuration, Mapping):
+        raise InvalidArgumentTypeError(f"configuration must be a mapping of strings, got {type(configuration).__name__}")
+    base_conf = dict(base.configuration) if base else {}
+    conf = _configuration(base_conf, configuration) if configuration is not None else base_conf
+    directives = {k: v for k, v in conf.items() if _is_protocol_directive(k)}
+    conf = {k: v for k, v in conf.items() if k not in directives}
+    if props.COLUMN_MAPPING_MODE.get(conf) != "none":
+        schema_string, max_id = assign_column_mapping(schema_string, props.COLUMN_MAPPING_MAX_ID.get(conf))
+        conf[props.COLUMN_MAPPING_MAX_ID.key] = str(max_id)
+    metadata = Metadata(
+        id=base.id if base else str(uuid.uuid4()),
+        schema_string=schema_string,
+        partition_columns=tuple(partition_columns) if partition_columns is not None else (base.partition_columns if base else ()),
+        configuration=conf,
+        created_time=base.created_time if base else now_ms,
+        name=name if name is not None else (base.name if base else None),
+        description=description if description is not None else (base.description if base else None),
+        format=base.format if base else Format(),
+    )
+    table_schema = metadata.schema  # validates the schema string, raising SchemaError naming the field
+    for column in metadata.partition_columns:
+        if column not in table_schema.names:
+            raise SchemaError(f"partition column {column!r} is not in the schema", field=column)
+    required = protocol_for({**conf, **directives}, schema_string)
+    new_protocol = merge_protocols(base_protocol, required) if base_protocol is not None else required
+    return metadata, (new_protocol if new_protocol != base_protocol else None)
