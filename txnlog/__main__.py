@@ -1,0 +1,5 @@
+"""``python -m txnlog``: the txnlog command."""
+
+from txnlog.cli import main
+
+main()

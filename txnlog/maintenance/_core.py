@@ -1,0 +1,190 @@
+"""What txnlog.maintenance takes from the core, in one module.
+
+The core branch is reshaping the log, snapshot and checkpoint modules; everything maintenance
+needs from them goes through here, so moving onto the new core means editing this file only.
+That includes the one place a path from the log becomes a location (:func:`locate`): nothing is
+opened, checked or deleted outside the table root because a log entry says so.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from txnlog.errors import UnsafePathError
+from txnlog.file_facts import file_keys
+from txnlog.log import codec
+from txnlog.log.checkpoint_writer import CheckpointResult, _advance_hint, _existing
+from txnlog.log.file_actions import FILES_SCHEMA, concat, table_from_log_dicts
+from txnlog.log.filenames import LOG_DIR, SIDECAR_DIR, CheckpointFile
+from txnlog.log.last_checkpoint import LastCheckpointHint, read_hint
+from txnlog.log.replay import Commit, TableState, advance, read_commits, replay
+from txnlog.log.segment import CommitFile, LogListing, LogSegment, list_log
+from txnlog.storage import paths
+from txnlog.storage.base import LogStore
+
+if TYPE_CHECKING:
+    from txnlog.snapshot import Snapshot
+    from txnlog.table import Table
+
+__all__ = [
+    "CheckpointFile",
+    "CheckpointResult",
+    "Commit",
+    "CommitFile",
+    "LOG_DIR",
+    "LastCheckpointHint",
+    "LogListing",
+    "SIDECAR_DIR",
+    "TableState",
+    "added_files",
+    "checkpoint_state",
+    "dv_file_path",
+    "file_keys",
+    "json_state",
+    "list_log",
+    "locate",
+    "point_hint_at",
+    "read_commits",
+    "read_hint",
+    "state_of",
+    "write_checkpoint",
+]
+
+def locate(table_uri: str, path: str, *, version: int | None = None) -> str:
+    """The store path (relative to the table root, not URI-encoded) of a file the log names, or
+    UnsafePathError if it lies outside the root. Maintenance never follows a path out of the
+    table, even for tables opened with ``allow_absolute_paths``: it deletes and re-adds files."""
+    location = paths.locate(table_uri, path, version=version)
+    assert location.relative is not None  # without the opt-in, locate only answers inside the root
+    return location.relative
+
+
+# Z85 (ZeroMQ's base85), which Delta uses for the UUID in a deletion vector's pathOrInlineDv.
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_Z85_VALUE = {c: i for i, c in enumerate(_Z85)}
+
+
+def _z85_decode(text: str) -> bytes:
+    out = bytearray()
+    for i in range(0, len(text), 5):
+        value = 0
+        for c in text[i : i + 5]:
+            value = value * 85 + _Z85_VALUE[c]
+        out += value.to_bytes(4, "big")
+    return bytes(out)
+
+
+def dv_file_path(storage_type: str | None, path_or_inline_dv: str | None) -> str | None:
+    """The file of an on-disk deletion vector, as a log path ('u': derived from its UUID, 'p': the
+    path itself); None for an inline one."""
+    if not path_or_inline_dv or storage_type not in ("u", "p"):
+        return None
+    if storage_type == "p":
+        return path_or_inline_dv
+    prefix, encoded = path_or_inline_dv[:-20], path_or_inline_dv[-20:]
+    try:
+        name = f"deletion_vector_{uuid.UUID(bytes=_z85_decode(encoded))}.bin"
+    except (KeyError, ValueError) as e:
+        raise UnsafePathError(f"deletion vector {path_or_inline_dv!r} has no valid UUID: {e}", path=path_or_inline_dv) from None
+    return f"{prefix}/{name}" if prefix else name
+
+
+def referenced_paths(table_uri: str, files: pa.Table, *, version: int | None = None) -> list[str]:
+    """Store paths of the data files and deletion-vector files that rows of ``files``
+    (``Snapshot.files()`` or ``tombstones()`` layout) name; UnsafePathError for any escape."""
+    out = [locate(table_uri, p, version=version) for p in files.column("path").to_pylist()]
+    dv = files.column("deletion_vector").combine_chunks()
+    if dv.null_count < len(dv):
+        valid = dv.filter(dv.is_valid())
+        for storage, inline in zip(valid.field("storage_type").to_pylist(), valid.field("path_or_inline_dv").to_pylist()):
+            dv_path = dv_file_path(storage, inline)
+            if dv_path is not None:
+                out.append(locate(table_uri, dv_path, version=version))
+    return out
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def write_checkpoint(snapshot: Snapshot) -> CheckpointResult:
+    """Checkpoint ``snapshot``'s version (kept if one is there) and advance ``_last_checkpoint``."""
+    return snapshot.checkpoint()
+
+
+def point_hint_at(store: LogStore, version: int) -> None:
+    """Make ``_last_checkpoint`` name the complete checkpoint at ``version`` unless it already
+    names that one or a newer one (before older checkpoints are deleted)."""
+    hint = read_hint(store)
+    if hint is not None and hint.version >= version:
+        return
+    existing = _existing(store, version)
+    if existing is not None:
+        _advance_hint(store, existing)
+
+
+# --- states for validation, and files added by commits ----------------------------------------
+
+
+def state_of(snapshot: Snapshot) -> TableState:
+    return snapshot.state
+
+
+def json_state(store: LogStore, commits: list[CommitFile], version: int) -> TableState:
+    """The state at ``version`` replayed from JSON commits only (``commits`` from version 0)."""
+    return replay(store, LogSegment(version, [], commits))
+
+
+def advance_state(state: TableState, commits: list[Commit], where: str) -> TableState:
+    return advance(state, commits, where)
+
+
+def checkpoint_state(store: LogStore, files: list[CheckpointFile]) -> TableState:
+    """The state a checkpoint alone describes (CorruptCheckpointError if unreadable)."""
+    return replay(store, LogSegment(files[0].version, files, []))
+
+
+def added_files(commits: Iterable[Commit]) -> pa.Table:
+    """Every add action of ``commits`` (``Snapshot.files()`` layout)."""
+    tables = []
+    for commit in commits:
+        if commit.columnar is not None:
+            tables.append(commit.columnar.adds)
+        bodies = [obj["add"] for obj in commit.actions if isinstance(obj.get("add"), Mapping)]
+        if bodies:
+            tables.append(table_from_log_dicts(bodies, "add"))
+    return concat(tables, FILES_SCHEMA)
+
+
+def sidecar_names(store: LogStore, files: list[CheckpointFile]) -> set[str]:
+    """Names (under ``_delta_log/_sidecars``) of the sidecars a V2 checkpoint references."""
+    names: set[str] = set()
+    for part in files:
+        if part.v2_format == "json":
+            for obj in codec.parse_lines(store.read(part.path), path=part.path, version=part.version):
+                body: Any = obj.get("sidecar")
+                if isinstance(body, Mapping) and isinstance(body.get("path"), str):
+                    names.add(body["path"])
+        elif part.v2_format == "parquet":
+            pf = pq.ParquetFile(store.open_input(part.path))
+            if "sidecar" in pf.schema_arrow.names:
+                column = pf.read(columns=["sidecar.path"]).column("sidecar").combine_chunks()
+                names.update(p for p in pc.struct_field(column, "path").to_pylist() if p)
+    return {n.rsplit("/", 1)[-1] for n in names}
+
+
+def open_snapshot(table: Table, version: int | None = None) -> Snapshot:
+    return table.snapshot(version)
+
+
+def read_commit_files(store: LogStore, files: list[CommitFile]) -> list[Commit]:
+    return read_commits(store, files, columnar=True)
+
+
+def keys(files: pa.Table) -> pa.Array:
+    return file_keys(files)

@@ -1,0 +1,167 @@
+"""VACUUM: delete data files that no retained version and no tagged version references, and
+that are older than the retention horizon (``delta.deletedFileRetentionDuration``, 7 days).
+
+Two kinds go: tombstones past the horizon, and orphans of aborted writes (files under the table
+root the log never named). A file counts as referenced if it is live at any version the log can
+still reconstruct (the earliest one's files, plus every file a later commit added) or at a tagged
+version, or if it was removed less than the retention ago. Only files below the table root are
+ever considered; hidden paths (``_delta_log/``, ``_txnlog/``, any ``_``/``.`` name that is not a
+partition directory) and the Iceberg ``metadata/`` directory never are. A log entry naming a path
+outside the root makes vacuum refuse before it deletes anything.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+
+from txnlog import properties as props
+from txnlog.errors import RetentionCheckError, TxnLogError
+from txnlog.maintenance import _core, tags
+from txnlog.maintenance._deletes import Progress, delete_paths
+from txnlog.maintenance._expire import duration_ms
+from txnlog.maintenance._layout import LogLayout
+
+if TYPE_CHECKING:
+    from txnlog.table import Table
+
+_NEVER_TOP = frozenset({"metadata"})
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    table_uri: str
+    #: Files deleted (or, in a dry run, to delete), relative to the table root.
+    files: tuple[str, ...]
+    #: Their total size in bytes.
+    bytes: int
+    retention_ms: int
+    dry_run: bool
+    #: The VACUUM START and VACUUM END versions (None in a dry run).
+    start_version: int | None = None
+    end_version: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table_uri,
+            "dryRun": self.dry_run,
+            "retentionMillis": self.retention_ms,
+            "numFiles": len(self.files),
+            "sizeInBytes": self.bytes,
+            "files": list(self.files),
+            "startVersion": self.start_version,
+            "endVersion": self.end_version,
+        }
+
+
+def _hidden(path: str, partition_columns: frozenset[str]) -> bool:
+    parts = path.split("/")
+    if len(parts) > 1 and parts[0] in _NEVER_TOP:
+        return True
+    for i, part in enumerate(parts):
+        if part.startswith(("_", ".")):
+            is_partition_dir = i < len(parts) - 1 and "=" in part and part.split("=", 1)[0] in partition_columns
+            if not is_partition_dir:
+                return True
+    return False
+
+
+def _protected(table: Table, *, horizon: int, progress: Progress | None) -> tuple[set[str], frozenset[str]]:
+    """Every store path some retained or tagged version references, plus tombstones younger than
+    ``horizon``; and the partition columns. UnsafePathError if any log path leaves the root."""
+    uri = table.uri
+    snapshot = table.snapshot()
+    layout = LogLayout.of(table.store)
+    earliest = layout.earliest
+    protected = set(_core.referenced_paths(uri, snapshot.files(), version=snapshot.version))
+    if earliest < snapshot.version:
+        protected.update(_core.referenced_paths(uri, table.snapshot(earliest).files(), version=earliest))
+        versions = range(earliest + 1, snapshot.version + 1)
+        for start in range(0, len(versions), 1000):  # bounded batches of commit files in memory
+            batch = [layout.listing.commits[v] for v in versions[start : start + 1000]]
+            for commit in _core.read_commit_files(table.store, batch):
+                protected.update(_core.referenced_paths(uri, _core.added_files([commit]), version=commit.version))
+            if progress:
+                progress("reading the log", min(start + 1000, len(versions)), len(versions))
+    for tag in tags.list_tags(table):
+        if tag.version not in (snapshot.version, earliest):
+            protected.update(_core.referenced_paths(uri, table.snapshot(tag.version).files(), version=tag.version))
+    tombstones = snapshot.tombstones()
+    _core.referenced_paths(uri, tombstones)  # refuse on any escaping path, even an expired one
+    if tombstones.num_rows:
+        deleted_at = pc.fill_null(tombstones.column("deletion_timestamp"), 0)
+        protected.update(_core.referenced_paths(uri, tombstones.filter(pc.greater_equal(deleted_at, horizon))))
+    return protected, frozenset(snapshot.partition_columns)
+
+
+def vacuum(
+    table: Table,
+    *,
+    retention: int | str | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    now_ms: int | None = None,
+    max_workers: int | None = None,
+    progress: Progress | None = None,
+) -> VacuumResult:
+    """Delete unreferenced data files older than ``retention`` (ms or text like ``168h``; default
+    ``delta.deletedFileRetentionDuration``). A retention below that property is refused
+    (RetentionCheckError) unless ``force``. Not a dry run: records VACUUM START and VACUUM END
+    commits around the deletes, as Delta does."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    configuration = table.snapshot().configuration
+    minimum = props.DELETED_FILE_RETENTION.get(configuration)
+    retention_ms = duration_ms(retention)
+    retention_ms = minimum if retention_ms is None else retention_ms
+    if retention_ms < 0:
+        raise RetentionCheckError(f"retention must be >= 0, got {retention_ms} ms", retention_ms=retention_ms, minimum_ms=minimum)
+    if retention_ms < minimum and not force:
+        raise RetentionCheckError(
+            f"refusing to vacuum {table.uri} with a retention of {_human(retention_ms)}: below the table's "
+            f"{props.DELETED_FILE_RETENTION.key} of {_human(minimum)}, files that readers or writers still "
+            "use could be deleted; pass force=True (--force) if nothing reads or writes the table",
+            retention_ms=retention_ms,
+            minimum_ms=minimum,
+        )
+    horizon = now - retention_ms
+    protected, partition_columns = _protected(table, horizon=horizon, progress=progress)
+
+    doomed: list[str] = []
+    size = 0
+    for info in table.store.walk_files(""):
+        if _hidden(info.path, partition_columns):
+            continue
+        path = _core.locate(table.uri, info.path)
+        if path in protected or info.modification_time >= horizon:
+            continue
+        doomed.append(path)
+        size += info.size
+    doomed.sort()
+    if dry_run:
+        return VacuumResult(table.uri, tuple(doomed), size, retention_ms, True)
+
+    parameters = {"retentionCheckEnabled": not force, "specifiedRetentionMillis": retention_ms, "defaultRetentionMillis": minimum}
+    with table.transaction("VACUUM START", operation_parameters=parameters) as txn:
+        txn.set_operation_metrics(numFilesToDelete=len(doomed), sizeOfDataToDelete=size)
+    start = txn.result
+    try:
+        deleted = delete_paths(table.store, doomed, stage="deleting files", max_workers=max_workers, progress=progress)
+    except TxnLogError:
+        with table.transaction("VACUUM END", operation_parameters={"status": "FAILED"}) as end_txn:
+            pass
+        raise
+    with table.transaction("VACUUM END", operation_parameters={"status": "COMPLETED"}) as end_txn:
+        end_txn.set_operation_metrics(numDeletedFiles=deleted, numVacuumedDirectories=0)
+    return VacuumResult(table.uri, tuple(doomed), size, retention_ms, False, int(start) if start is not None else None, int(end_txn.result) if end_txn.result is not None else None)
+
+
+def _human(ms: int) -> str:
+    if ms == 0:
+        return "0s"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"

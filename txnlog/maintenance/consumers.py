@@ -1,0 +1,112 @@
+"""Consumers: streaming readers' positions, which pin the log (Paimon's consumers).
+
+A consumer is an id, the next version it will read, and its last heartbeat. Log expiry never
+removes a version a consumer still needs (``next_version`` and later). A consumer not heard from
+for ``txnlog.consumer.expiration-time`` is dropped by the next expiry run, as in Paimon.
+
+Stored in ``<table>/_txnlog/consumers/<id>.json``, one small file each, rewritten on every
+:func:`record`: a position moves with every micro-batch, and a commit per move would flood the log.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from txnlog.errors import ConsumerNotFoundError, LogCorruptError, VersionNotFoundError
+from txnlog.maintenance import _sidefiles
+from txnlog.maintenance._layout import LogLayout
+
+if TYPE_CHECKING:
+    from txnlog.table import Table
+
+_DIR = "consumers"
+
+
+@dataclass(frozen=True)
+class Consumer:
+    consumer_id: str
+    #: The first version this consumer has not read yet; it and every later version are kept.
+    next_version: int
+    #: When the consumer last recorded its position, ms since the epoch.
+    last_heartbeat_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.consumer_id, "nextVersion": self.next_version, "lastHeartbeat": self.last_heartbeat_ms}
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _decode(obj: dict[str, Any], where: str) -> Consumer:
+    try:
+        return Consumer(str(obj["id"]), int(obj["nextVersion"]), int(obj["lastHeartbeat"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise LogCorruptError(f"consumer file {where} is not valid: {e!r}", path=where) from None
+
+
+def _write(table: Table, consumer: Consumer) -> Consumer:
+    table.store.put(_sidefiles.path_of(_DIR, consumer.consumer_id), _sidefiles.dump(consumer.to_dict()))
+    return consumer
+
+
+def _check_version(table: Table, next_version: int) -> None:
+    layout = LogLayout.of(table.store)
+    if not layout.earliest <= next_version <= layout.latest + 1:
+        raise VersionNotFoundError(
+            f"{table.uri}: a consumer's next version must be between the earliest retained version "
+            f"{layout.earliest} and {layout.latest + 1}, got {next_version}",
+            version=next_version,
+        )
+
+
+def record(table: Table, consumer_id: str, next_version: int, *, now_ms: int | None = None) -> Consumer:
+    """Create or move consumer ``consumer_id`` to ``next_version``, with a heartbeat now."""
+    _sidefiles.check_name("consumer", consumer_id)
+    _check_version(table, next_version)
+    return _write(table, Consumer(consumer_id, int(next_version), _now_ms() if now_ms is None else now_ms))
+
+
+def get(table: Table, consumer_id: str) -> Consumer:
+    _sidefiles.check_name("consumer", consumer_id)
+    path = _sidefiles.path_of(_DIR, consumer_id)
+    obj = _sidefiles.read(table.store, path)
+    if obj is None:
+        raise ConsumerNotFoundError(f"no consumer {consumer_id!r} on {table.uri}", consumer_id=consumer_id)
+    return _decode(obj, table.store.uri_of(path))
+
+
+def reset(table: Table, consumer_id: str, next_version: int) -> Consumer:
+    """Move an existing consumer to ``next_version`` (ConsumerNotFoundError if there is none)."""
+    get(table, consumer_id)
+    return record(table, consumer_id, next_version)
+
+
+def delete(table: Table, consumer_id: str) -> Consumer:
+    """Drop a consumer: it no longer pins any version."""
+    consumer = get(table, consumer_id)
+    table.store.delete(_sidefiles.path_of(_DIR, consumer_id))
+    return consumer
+
+
+def list_consumers(table: Table) -> list[Consumer]:
+    return sorted((_decode(obj, table.uri) for obj in _sidefiles.read_all(table.store, _DIR)), key=lambda c: c.consumer_id)
+
+
+def expire(table: Table, inactive_ms: int, *, now_ms: int | None = None) -> list[Consumer]:
+    """Drop consumers whose last heartbeat is more than ``inactive_ms`` old; returns them."""
+    horizon = (_now_ms() if now_ms is None else now_ms) - inactive_ms
+    dropped = [c for c in list_consumers(table) if c.last_heartbeat_ms < horizon]
+    for c in dropped:
+        table.store.delete(_sidefiles.path_of(_DIR, c.consumer_id))
+    return dropped
+
+
+def min_next_version(table: Table) -> int | None:
+    """The smallest next version over all consumers (what expiry must keep), or None."""
+    return min((c.next_version for c in list_consumers(table)), default=None)
+
+
+__all__ = ["Consumer", "delete", "expire", "get", "list_consumers", "min_next_version", "record", "reset"]
