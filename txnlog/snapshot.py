@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from txnlog import properties as props
-from txnlog.errors import CorruptCheckpointError, TxnLogError
+from txnlog.errors import CorruptCheckpointError, TxnLogError, operation_context
 from txnlog.file_facts import physical_names
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
@@ -173,7 +173,8 @@ class Snapshot:
 
     def checkpoint(self, *, now_ms: int | None = None) -> CheckpointResult:
         """Write a checkpoint of this version (see :func:`txnlog.log.checkpoint_writer.write_checkpoint`)."""
-        return write_checkpoint(self.store, self._state, now_ms=now_ms)
+        with operation_context("checkpoint", self.uri, version=self.version):
+            return write_checkpoint(self.store, self._state, now_ms=now_ms)
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.store, state, table=self.table, allow_absolute_paths=self.allow_absolute_paths)
