@@ -109,12 +109,12 @@ def _crash_points(steps: list[tuple[str, str]]) -> list[dict[str, Any]]:
         points += [{"kind": "before", "op": op, "skip": skip, "where": where}, {"kind": "after", "op": op, "skip": skip, "where": where}]
         if op == "write_data":
             points.append({"kind": "torn-data", "op": op, "skip": skip, "where": where})
-    renames = {"put_if_absent": 0, "put": 0, "open_atomic_output": 0}
+    renames = {"link": 0, "replace": 0}  # put_if_absent links its temp file; the others rename
     for op, _path in steps:
-        if op in renames:
-            key = "put_if_absent" if op == "put_if_absent" else "replace"
-            points.append({"kind": "before-rename", "op": op, "skip": renames.get(key, 0), "where": f"rename after {op}"})
-            renames[key] = renames.get(key, 0) + 1
+        if op in ("put_if_absent", "put", "open_atomic_output"):
+            key = "link" if op == "put_if_absent" else "replace"
+            points.append({"kind": "before-rename", "op": op, "skip": renames[key], "where": f"{key} of the temp file of {op}"})
+            renames[key] += 1
     return points
 
 
@@ -146,11 +146,11 @@ def _default_points(steps: list[tuple[str, str]]) -> list[dict[str, Any]]:
     """A few crash points: around the first and last step, a torn data file and a temp file
     never renamed, when the operation has them."""
     points = _crash_points(steps)
-    chosen = [points[0], points[-1]]
-    for kind in ("after", "torn-data", "before-rename"):
+    chosen = [points[0], [p for p in points if p["kind"] == "after"][-1]]
+    for kind in ("torn-data", "before-rename"):
         chosen += [p for p in points if p["kind"] == kind][:1]
     if len(steps) > 2:
-        chosen.append(points[len(points) // 2])
+        chosen.append(points[len(steps)])  # a step in the middle
     unique = {json.dumps(p, sort_keys=True): p for p in chosen}
     return list(unique.values())
 
