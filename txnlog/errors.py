@@ -6,11 +6,16 @@ callers can act on them without parsing the message.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 
 class TxnLogError(Exception):
     """Base of every error the library raises."""
+
+    #: The operation that failed ("checkpoint", "expire", "vacuum", "restore"), when it is known.
+    operation: str | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Exception pickles as cls(*args), which drops the keyword-only facts (and fails for
@@ -24,6 +29,24 @@ def _rebuild_error(cls: type[TxnLogError], args: tuple[Any, ...], state: dict[st
     error.args = args
     error.__dict__.update(state)
     return error
+
+
+@contextlib.contextmanager
+def operation_context(operation: str, uri: str, *, version: int | None = None) -> Iterator[None]:
+    """Name ``operation``, the table and ``version`` in any TxnLogError raised inside (the
+    innermost operation wins), so that a store error deep in a maintenance run says what it
+    was part of. The error keeps its class and its other facts."""
+    try:
+        yield
+    except TxnLogError as e:
+        if e.operation is None:
+            e.operation = operation
+            if version is not None and getattr(e, "version", None) is None:
+                setattr(e, "version", version)  # noqa: B010  (not every error class declares it)
+            if e.args and isinstance(e.args[0], str):
+                at = f" at version {version}" if version is not None else ""
+                e.args = (f"{operation} of {uri}{at}: {e.args[0]}", *e.args[1:])
+        raise
 
 
 # --- the caller's arguments ----------------------------------------------------------------

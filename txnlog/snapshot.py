@@ -6,12 +6,14 @@ it reads from and the log-level :class:`~txnlog.log.replay.TableState`, nothing 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from txnlog import properties as props
+from txnlog.errors import CorruptCheckpointError, TxnLogError, operation_context
 from txnlog.file_facts import physical_names
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
@@ -24,6 +26,37 @@ from txnlog.storage.paths import FileLocation, locate
 
 if TYPE_CHECKING:  # for annotations only: a Table sits above its snapshots
     from txnlog.table import Table
+
+log = logging.getLogger(__name__)
+
+
+def load_state(store: LogStore, version: int | None = None) -> TableState:
+    """The table state at ``version`` (the latest when None), read from the newest checkpoint
+    that is readable.
+
+    A checkpoint is only a summary of the commits before it: when one cannot be read (cut short,
+    not Parquet, a sidecar lost), the state is rebuilt from an older checkpoint or from the
+    commits it summarises, with a logged warning. Only when nothing else can reconstruct the
+    version is the first checkpoint's CorruptCheckpointError raised.
+    """
+    skipped: set[int] = set()
+    first_error: CorruptCheckpointError | None = None
+    while True:
+        segment = None
+        try:
+            segment = build_segment(store, version, skip_checkpoints=frozenset(skipped))
+            return replay(store, segment)
+        except TxnLogError as e:
+            if not (isinstance(e, CorruptCheckpointError) and segment is not None and segment.checkpoint):
+                if first_error is None:
+                    raise
+                raise first_error from e  # without that checkpoint, nothing rebuilds the version
+            first_error = first_error or e
+            skipped.add(segment.checkpoint[0].version)
+            log.warning(
+                "%s: the checkpoint at version %d is unreadable (%s); rebuilding version %s without it",
+                store.root_uri, segment.checkpoint[0].version, e, "latest" if version is None else version,
+            )
 
 
 class Snapshot:
@@ -140,7 +173,8 @@ class Snapshot:
 
     def checkpoint(self, *, now_ms: int | None = None) -> CheckpointResult:
         """Write a checkpoint of this version (see :func:`txnlog.log.checkpoint_writer.write_checkpoint`)."""
-        return write_checkpoint(self.store, self._state, now_ms=now_ms)
+        with operation_context("checkpoint", self.uri, version=self.version):
+            return write_checkpoint(self.store, self._state, now_ms=now_ms)
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.store, state, table=self.table, allow_absolute_paths=self.allow_absolute_paths)
@@ -155,9 +189,9 @@ class Snapshot:
         present = [f for f in files if f is not None]
         if len(present) != len(files):
             # The commits we need were cleaned up: rebuild from the log.
-            return self._with(replay(self.store, build_segment(self.store)))
+            return self._with(load_state(self.store))
         commits = read_commits(self.store, present)
         return self._with(advance(self._state, commits, f"{self.uri} version {newer[-1]}"))
 
 
-__all__ = ["Snapshot"]
+__all__ = ["Snapshot", "load_state"]

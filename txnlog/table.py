@@ -18,9 +18,9 @@ from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError
 from txnlog.log import history as _history
 from txnlog.log.filenames import LOG_DIR
 from txnlog.log.history import HistoryEntry
-from txnlog.log.replay import TableState, replay
+from txnlog.log.replay import TableState
 from txnlog.log.segment import LogListing, build_segment
-from txnlog.snapshot import Snapshot
+from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage import LogStore, normalize_uri, open_store
 from txnlog.storage.paths import locate
 from txnlog.txn.create import create_table
@@ -117,7 +117,7 @@ class Table:
             # Same answer as a full replay: only the commits after the cached version are read.
             snapshot = self._snapshot(self._latest_state).update()
         else:
-            snapshot = self._snapshot(replay(self.store, build_segment(self.store, version)))
+            snapshot = self._snapshot(load_state(self.store, version))
         if version is None:
             self._remember(snapshot.state)
         return snapshot

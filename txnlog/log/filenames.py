@@ -10,6 +10,12 @@ SIDECAR_DIR = f"{LOG_DIR}/_sidecars"
 LAST_CHECKPOINT = f"{LOG_DIR}/_last_checkpoint"
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
+# Any all-digit name with a log file's suffix: a version file whose number is not a valid one
+# (not 20 digits, or beyond a signed 64-bit long) is reported, not silently skipped.
+_VERSION_LIKE = re.compile(r"^(\d+)\.(?:json|checkpoint\..*parquet|checkpoint\..*json)$")
+
+#: The largest version the protocol allows (versions are Java longs).
+MAX_VERSION = 2**63 - 1
 _CLASSIC_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
 _MULTIPART_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parquet$")
 _V2_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
@@ -42,6 +48,13 @@ class CheckpointFile:
 def parse_commit_version(name: str) -> int | None:
     m = _COMMIT.match(name)
     return int(m.group(1)) if m else None
+
+
+def is_out_of_range_version_file(name: str) -> bool:
+    """Whether ``name`` looks like a commit or checkpoint but its version is not 20 digits or
+    exceeds :data:`MAX_VERSION` (a hand-made or corrupted name no writer produces)."""
+    m = _VERSION_LIKE.match(name)
+    return m is not None and (len(m.group(1)) != 20 or int(m.group(1)) > MAX_VERSION)
 
 
 def parse_checkpoint(path: str, size: int = 0) -> CheckpointFile | None:

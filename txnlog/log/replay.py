@@ -365,16 +365,51 @@ def _concat_arrays(arrays: list[pa.Array]) -> pa.Array:
     return pa.concat_arrays(arrays) if arrays else pa.array([], pa.int64())
 
 
+# The JSON types of the file-action fields (the protocol's), to name the field a conversion
+# error came from: pyarrow's message names only the value.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "path": (str,),
+    "size": (int,),
+    "modificationTime": (int,),
+    "deletionTimestamp": (int,),
+    "dataChange": (bool,),
+    "stats": (str,),
+    "partitionValues": (dict,),
+    "tags": (dict,),
+    "deletionVector": (dict,),
+    "baseRowId": (int,),
+    "defaultRowCommitVersion": (int,),
+    "clusteringProvider": (str,),
+    "extendedFileMetadata": (bool,),
+}
+
+
+def _bad_field(bodies: Iterable[dict[str, Any]]) -> str:
+    """The name of the first field whose value has the wrong JSON type, as ``" (field 'x')"``."""
+    for body in bodies:
+        for name, value in body.items():
+            expected = _FIELD_TYPES.get(name)
+            if value is None or expected is None:
+                continue
+            wrong = not isinstance(value, expected) or (expected == (int,) and isinstance(value, bool))
+            if expected == (dict,) and not wrong and name in ("partitionValues", "tags"):
+                wrong = any(not isinstance(k, str) or not (v is None or isinstance(v, str)) for k, v in value.items())
+            if wrong:
+                return f" (field '{name}': {value!r:.40})"
+    return ""
+
+
 def _file_table(commits: list[Commit], bodies: list[dict[str, Any]], owners: list[int], kind: str) -> pa.Table:
     try:
         return table_from_log_dicts(bodies, kind)
     except (pa.ArrowException, TypeError, ValueError) as e:
         # Find the commit holding the bad action, so the error names the file.
         for index in sorted(set(owners)):
+            own = [b for b, o in zip(bodies, owners) if o == index]
             try:
-                table_from_log_dicts([b for b, o in zip(bodies, owners) if o == index], kind)
+                table_from_log_dicts(own, kind)
             except (pa.ArrowException, TypeError, ValueError):
-                raise _corrupt(commits[index], f"malformed '{kind}' action: {e}") from None
+                raise _corrupt(commits[index], f"malformed '{kind}' action{_bad_field(own)}: {e}") from None
         raise LogCorruptError(f"malformed '{kind}' action: {e}") from None
 
 

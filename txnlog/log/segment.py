@@ -9,7 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from txnlog.errors import LogCorruptError, ObjectNotFoundError, TableNotFoundError, VersionGapError, VersionNotFoundError
-from txnlog.log.filenames import LOG_DIR, CheckpointFile, commit_path, parse_checkpoint, parse_commit_version, version_prefix
+from txnlog.log.filenames import (
+    LOG_DIR,
+    MAX_VERSION,
+    CheckpointFile,
+    commit_path,
+    is_out_of_range_version_file,
+    parse_checkpoint,
+    parse_commit_version,
+    version_prefix,
+)
 from txnlog.log.last_checkpoint import read_hint
 from txnlog.storage.base import FileInfo, LogStore
 
@@ -38,12 +47,17 @@ class LogListing:
 
     commits: dict[int, CommitFile] = field(default_factory=dict)
     checkpoints: dict[int, list[CheckpointFile]] = field(default_factory=dict)
+    #: Paths named like commits or checkpoints whose version is out of range (see filenames).
+    out_of_range: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, files: list[FileInfo]) -> LogListing:
         listing = cls()
         for f in files:
             name = f.name
+            if is_out_of_range_version_file(name):
+                listing.out_of_range.append(f.path)
+                continue
             v = parse_commit_version(name)
             if v is not None:
                 listing.commits[v] = CommitFile(v, f.path, f.modification_time)
@@ -99,21 +113,39 @@ def list_log(store: LogStore, start_version: int = 0) -> LogListing:
     return LogListing.of(store.list_from(LOG_DIR, version_prefix(start_version) if start_version else ""))
 
 
-def build_segment(store: LogStore, version: int | None = None) -> LogSegment:
-    """The segment for ``version`` (the latest when None)."""
+def build_segment(store: LogStore, version: int | None = None, *, skip_checkpoints: frozenset[int] = frozenset()) -> LogSegment:
+    """The segment for ``version`` (the latest when None).
+
+    ``skip_checkpoints``: versions whose checkpoints turned out unreadable; the segment is built
+    from an older checkpoint or the commits instead (see :func:`txnlog.snapshot.load_state`).
+    """
     hint = read_hint(store)
+    if hint is not None and not 0 <= hint.version <= MAX_VERSION:
+        hint = None  # a hint no writer produces: list the log
     listing = None
-    if hint is not None and (version is None or version >= hint.version):
+    if hint is not None and hint.version not in skip_checkpoints and (version is None or version >= hint.version):
         listing = list_log(store, hint.version)
+        for skipped in skip_checkpoints:
+            listing.checkpoints.pop(skipped, None)
         usable = (v for v in listing.checkpoints if version is None or v <= version)
         if not any(listing.complete_checkpoint(v) for v in usable):
             listing = None  # nothing complete from the hint on (missing, or parts lost): list it all
     if listing is None:
         listing = list_log(store)
+        for skipped in skip_checkpoints:
+            listing.checkpoints.pop(skipped, None)
     return segment_from_listing(store, listing, version)
 
 
 def segment_from_listing(store: LogStore, listing: LogListing, version: int | None) -> LogSegment:
+    if listing.out_of_range and version is None:
+        # The latest version is unknowable while such a file is there; a given version is not.
+        bad = listing.out_of_range[0]
+        raise LogCorruptError(
+            f"{store.root_uri}: log file {bad} has a version that is not 20 digits or exceeds {MAX_VERSION}; "
+            f"remove it or read an explicit version",
+            path=bad,
+        )
     latest = listing.latest_version()
     if latest is None:
         raise TableNotFoundError(f"no Delta table at {store.root_uri}: {LOG_DIR}/ has no commits", uri=store.root_uri)

@@ -8,15 +8,16 @@ opened, checked or deleted outside the table root because a log entry says so.
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txnlog.errors import UnsafePathError
+from txnlog.errors import UnsafePathError, operation_context
 from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.checkpoint_writer import CheckpointResult, _advance_hint, _existing
@@ -68,6 +69,25 @@ def locate(table_uri: str, path: str, *, version: int | None = None) -> str:
 # Z85 (ZeroMQ's base85), which Delta uses for the UUID in a deletion vector's pathOrInlineDv.
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_VALUE = {c: i for i, c in enumerate(_Z85)}
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def named_operation(name: str) -> Callable[[Callable[Concatenate[Table, _P], _R]], Callable[Concatenate[Table, _P], _R]]:
+    """Errors of the decorated maintenance call name ``name`` and the table (see
+    :func:`txnlog.errors.operation_context`)."""
+
+    def decorate(fn: Callable[Concatenate[Table, _P], _R]) -> Callable[Concatenate[Table, _P], _R]:
+        @functools.wraps(fn)
+        def run(table: Table, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            with operation_context(name, table.uri):
+                return fn(table, *args, **kwargs)
+
+        return run
+
+    return decorate
 
 
 def _z85_decode(text: str) -> bytes:

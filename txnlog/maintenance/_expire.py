@@ -180,6 +180,7 @@ def _doomed_files(table: Table, plan: _Plan) -> tuple[list[str], list[str], list
     return commit_files, checkpoint_files, sidecar_files
 
 
+@_core.named_operation("expire")
 def expire(
     table: Table,
     *,

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from txnlog.table import HistoryEntry, Table
 
 
+@_core.named_operation("checkpoint")
 def checkpoint(table: Table, version: int | None = None) -> _core.CheckpointResult:
     """Write a checkpoint of ``version`` (default: the latest), classic or V2 as the table's
     protocol says, and point ``_last_checkpoint`` at it unless it names a newer one."""

@@ -73,6 +73,7 @@ def _size(files: pa.Table) -> int:
     return int(pc.sum(files.column("size")).as_py() or 0)
 
 
+@_core.named_operation("restore")
 def restore(
     table: Table,
     *,

@@ -12,6 +12,7 @@ outside the root makes vacuum refuse before it deletes anything.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,11 @@ if TYPE_CHECKING:
     from txnlog.table import Table
 
 _NEVER_TOP = frozenset({"metadata"})
+
+# Temporary files of writes a crash interrupted: txnlog's local store (".<name>.<hex>.tmp") and
+# delta-rs ("_commit_<uuid>.json.tmp"). A temp file lives for milliseconds, so one older than the
+# retention is abandoned, wherever it is (``_delta_log/`` included).
+_TEMP_FILE = re.compile(r"^(\..+\.[0-9a-f]{32}\.tmp|_commit_[0-9a-f-]{36}\.json\.tmp)$")
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ def _protected(table: Table, *, horizon: int, progress: Progress | None) -> tupl
     return protected, frozenset(snapshot.partition_columns)
 
 
+@_core.named_operation("vacuum")
 def vacuum(
     table: Table,
     *,
@@ -132,6 +139,10 @@ def vacuum(
     doomed: list[str] = []
     size = 0
     for info in table.store.walk_files(""):
+        if _TEMP_FILE.match(info.name) and info.modification_time < horizon:
+            doomed.append(info.path)
+            size += info.size
+            continue
         if _hidden(info.path, partition_columns):
             continue
         path = _core.locate(table.uri, info.path)

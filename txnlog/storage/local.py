@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
-from txnlog.errors import AmbiguousWriteError, FileAlreadyExistsError, ObjectNotFoundError, StorageError
+from txnlog.errors import AmbiguousWriteError, FileAlreadyExistsError, InvalidArgumentError, ObjectNotFoundError, StorageError
 from txnlog.storage.base import FileInfo, LogStore
 
 
@@ -21,6 +21,9 @@ class LocalLogStore(LogStore):
     def __init__(self, root_uri: str, root_path: str, *, fsync: bool = False) -> None:
         super().__init__(root_uri)
         self.root_path = os.path.abspath(root_path)
+        if os.path.isfile(self.root_path):
+            # Otherwise reads say "no table here" and writes fail deep inside with ENOTDIR.
+            raise InvalidArgumentError(f"table path {root_uri} is a file, not a directory")
         self.fsync = fsync
         self._arrow_fs = pafs.LocalFileSystem()
 

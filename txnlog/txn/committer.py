@@ -11,11 +11,19 @@
 
 An outcome that is unknown (a timeout after the write was sent, or any error the store did not
 classify) is resolved by reading N: if it holds this transaction's txnId, that is the commit.
+
+A store error (``StorageError``: the store says the write failed, e.g. a throttled or refused
+request) is taken as transient a few times: after checking that the commit did not land anyway,
+the same version is tried again after a capped, jittered wait, at most ``STORE_ERROR_RETRIES``
+times in a row and within the policy's retry count and total time. Then ``CommitFailedError``
+names the commit file, version and attempts, with the store's error as ``__cause__``. An
+unsupported put-if-absent is never retried.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +35,7 @@ from txnlog.errors import (
     FileAlreadyExistsError,
     LogCorruptError,
     ObjectNotFoundError,
+    PutIfAbsentUnsupportedError,
     StorageError,
     TableAlreadyExistsError,
     TxnLogError,
@@ -40,6 +49,9 @@ from txnlog.txn.conflicts import TransactionFootprint, Winners, check_conflicts
 from txnlog.txn.retry import RetryClock, RetryPolicy
 
 log = logging.getLogger(__name__)
+
+#: Store errors in a row on one commit before it gives up (each after a backoff wait).
+STORE_ERROR_RETRIES = 4
 
 
 @dataclass
@@ -79,6 +91,7 @@ class Committer:
 
     def publish(self) -> Published:
         version = self.read_version + 1
+        store_errors = 0
         while True:
             data = self.prepare(version, self.winners)
             try:
@@ -95,8 +108,24 @@ class Committer:
                 if self._landed(version):
                     return Published(version, self.winners, self.clock.attempts)
                 lost = self.store.exists(commit_path(version))
-            except StorageError:
+            except PutIfAbsentUnsupportedError:
                 raise
+            except StorageError as e:
+                store_errors += 1
+                if self._landed_despite(version, e):
+                    return Published(version, self.winners, self.clock.attempts)
+                if store_errors > STORE_ERROR_RETRIES or self.clock.exhausted():
+                    raise CommitFailedError(
+                        f"commit of version {version} to {self.store.root_uri} failed: writing {commit_path(version)} "
+                        f"raised a store error {store_errors} times in a row (last: {e})",
+                        attempts=self.clock.attempts,
+                        version=version,
+                        orphan_files=self.orphan_files(),
+                    ) from e
+                log.warning("commit of version %d to %s: store error (%s); retrying", version, self.store.root_uri, e)
+                self.clock.retry()
+                time.sleep(self.policy.wait_seconds(store_errors))
+                continue
             except Exception as e:  # the store did not classify it: the write may have landed
                 log.warning("commit of version %d to %s raised %r; checking the log before reporting", version, self.store.root_uri, e)
                 if self._landed(version):
@@ -120,6 +149,16 @@ class Committer:
                 if mine is not None:
                     return Published(mine, self.winners, self.clock.attempts)
                 version = self.winners[-1].version + 1
+
+    def _landed_despite(self, version: int, error: StorageError) -> bool:
+        """Whether ``version`` holds this commit although the store reported ``error`` (a store
+        that misclassified an unknown outcome). A failing read counts as "not landed": the
+        error is reported in the end, and a later retry finds the commit by its txnId."""
+        try:
+            return self._landed(version)
+        except TxnLogError as e:
+            log.warning("cannot check whether commit %d landed after %s: %s", version, error, e)
+            return False
 
     def _landed(self, version: int) -> bool:
         """Whether ``version`` holds this transaction's commit (an earlier attempt that landed)."""

@@ -237,6 +237,8 @@ class OptimisticTransaction:
     def write(self, data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch], *, data_change: bool = True) -> list[AddFile]:
         """Write ``data`` as Parquet files in the table's layout and stage them as adds."""
         self._ensure_open()
+        # Refuse before any data file is written, not at commit, when the files are orphans.
+        check_writable(self.protocol, self.metadata.schema_string, f"table {self.table.uri}")
         written = self.write_context().write(data, data_change=data_change, store=self.table.store)
         self.add_files(written.files, data_change=data_change)
         return written.add_files

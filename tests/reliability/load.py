@@ -1,0 +1,395 @@
+"""A mixed load on one table, in real processes: writers appending (txnlog, optionally delta-rs),
+readers opening snapshots, and a checkpointer, an expirer and a vacuum running throughout.
+
+Every append writes the same id into two partitions, so two files whose min/max stats name the
+id: a reader that sees one of the pair saw a torn commit, three or more a doubled one. Readers
+also check that versions never go back and that a version always shows the same files.
+Afterwards the final table is read by txnlog and deltalake: every reported success is there
+exactly once, nothing that was never written is there, and validate finds no problem.
+
+Used by tests/reliability/test_load.py (short and soak variants) and benchmarks/load.py (which
+prints the figures for docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+import queue
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+_CONTEXT = multiprocessing.get_context("spawn")
+SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.string()), ("part", pa.string())])
+START_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    uri: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+    txnlog_writers: int = 8
+    deltalake_writers: int = 0
+    commits: int = 500
+    readers: int = 2
+    checkpointer: bool = True
+    expirer: bool = True
+    vacuum: bool = True
+    #: Seconds between two runs of each maintenance process.
+    maintenance_every_s: float = 0.5
+    #: Versions the expirer keeps (older ones are expired at once, whatever their age).
+    retain_versions: int = 60
+
+
+@dataclass
+class LoadResult:
+    config: LoadConfig
+    seconds: float = 0.0
+    committed: int = 0
+    failed: int = 0
+    conflicts: int = 0
+    retries: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    deltalake_committed: int = 0
+    reader_snapshots: int = 0
+    maintenance_runs: dict[str, int] = field(default_factory=dict)
+    maintenance_errors: list[str] = field(default_factory=list)
+    final_rows: int = 0
+    #: The errors of failed or conflicting commits (not violations: reported, not acknowledged).
+    failures: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def commits_per_s(self) -> float:
+        return (self.committed + self.deltalake_committed) / self.seconds if self.seconds else 0.0
+
+    def percentile_ms(self, q: float) -> float:
+        if not self.latencies_ms:
+            return 0.0
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "writers": f"{self.config.txnlog_writers} txnlog + {self.config.deltalake_writers} deltalake",
+            "commitsPerWriter": self.config.commits,
+            "seconds": round(self.seconds, 1),
+            "committed": self.committed,
+            "deltalakeCommitted": self.deltalake_committed,
+            "failed": self.failed,
+            "commitsPerSecond": round(self.commits_per_s, 1),
+            "p50Ms": round(self.percentile_ms(50), 1),
+            "p99Ms": round(self.percentile_ms(99), 1),
+            "conflicts": self.conflicts,
+            "retries": self.retries,
+            "readerSnapshots": self.reader_snapshots,
+            "maintenanceRuns": self.maintenance_runs,
+            "maintenanceErrors": len(self.maintenance_errors),
+            "finalRows": self.final_rows,
+            "violations": len(self.violations),
+        }
+
+
+def rows_for(ident: int, writer: str) -> pa.Table:
+    """Two rows of one id, in partitions a and b: two data files per commit."""
+    return pa.table({"id": pa.array([ident, ident], pa.int64()), "writer": [writer] * 2, "part": ["a", "b"]}, schema=SCHEMA)
+
+
+# --- the processes ---------------------------------------------------------------------------
+
+
+def _txnlog_writer(config: LoadConfig, index: int, barrier: Any, out: Any) -> None:
+    import txnlog
+    from txnlog.errors import CommitConflictError, TxnLogError
+
+    records: list[tuple[Any, ...]] = []
+    try:
+        table = txnlog.Table(config.uri, config.storage_options)
+        table.snapshot()
+        barrier.wait(START_TIMEOUT_S)
+        for k in range(config.commits):
+            ident = (index + 1) * 1_000_000 + k
+            started = time.perf_counter()
+            try:
+                result = table.append(rows_for(ident, f"txnlog-{index}"))
+                records.append(("ok", ident, int(result), result.attempts, time.perf_counter() - started))
+            except CommitConflictError as e:
+                records.append(("conflict", ident, None, e.attempts, time.perf_counter() - started, repr(e)))
+            except TxnLogError as e:
+                records.append(("failed", ident, None, getattr(e, "attempts", 0), time.perf_counter() - started, repr(e)))
+        out.put(("txnlog", index, records, None))
+    except BaseException:
+        out.put(("txnlog", index, records, traceback.format_exc()))
+
+
+def _deltalake_writer(config: LoadConfig, index: int, barrier: Any, out: Any) -> None:
+    from deltalake import write_deltalake
+
+    records: list[tuple[Any, ...]] = []
+    try:
+        barrier.wait(START_TIMEOUT_S)
+        for k in range(config.commits):
+            ident = (100 + index) * 1_000_000 + k
+            started = time.perf_counter()
+            try:
+                write_deltalake(config.uri, rows_for(ident, f"deltalake-{index}"), mode="append",
+                                storage_options=config.storage_options or None)
+                records.append(("ok", ident, None, 1, time.perf_counter() - started))
+            except Exception as e:  # delta-rs gives up after its own retries: counted, not fatal
+                records.append(("failed", ident, None, 0, time.perf_counter() - started, repr(e)))
+        out.put(("deltalake", index, records, None))
+    except BaseException:
+        out.put(("deltalake", index, records, traceback.format_exc()))
+
+
+def snapshot_pairs(files: pa.Table) -> collections.Counter[int]:
+    """How many files of each id a snapshot lists (from the files' min stats)."""
+    counts: collections.Counter[int] = collections.Counter()
+    for stats in files.column("stats").to_pylist():
+        counts[orjson.loads(stats)["minValues"]["id"]] += 1
+    return counts
+
+
+def _reader(config: LoadConfig, index: int, stop: Any, out: Any) -> None:
+    """Alternates a cached Table (incremental update) and a fresh one (checkpoint + commits)."""
+    import txnlog
+
+    seen: dict[int, int] = {}  # version -> number of files
+    problems: list[str] = []
+    snapshots = 0
+    try:
+        cached = txnlog.Table(config.uri, config.storage_options)
+        last = -1
+        while not stop.wait(0.01):  # a short pause: readers must not starve writers of the 2 cores
+            table = cached if snapshots % 2 else txnlog.Table(config.uri, config.storage_options)
+            try:
+                snap = table.snapshot()
+            except txnlog.errors.TxnLogError as e:
+                problems.append(f"reader {index}: opening a snapshot failed: {e!r}")
+                continue
+            snapshots += 1
+            if snap.version < last:
+                problems.append(f"reader {index}: version went back from {last} to {snap.version}")
+            last = max(last, snap.version)
+            pairs = snapshot_pairs(snap.files())
+            bad = {i: n for i, n in pairs.items() if n != 2}
+            if bad:
+                problems.append(f"reader {index}: version {snap.version} shows ids with {sorted(set(bad.values()))} files: {list(bad)[:5]}")
+            count = snap.num_files
+            if seen.setdefault(snap.version, count) != count:
+                problems.append(f"reader {index}: version {snap.version} showed {seen[snap.version]} then {count} files")
+        out.put(("reader", index, {"snapshots": snapshots, "seen": seen, "problems": problems}, None))
+    except BaseException:
+        out.put(("reader", index, {"snapshots": snapshots, "seen": seen, "problems": problems}, traceback.format_exc()))
+
+
+def _maintainer(config: LoadConfig, kind: str, stop: Any, out: Any) -> None:
+    import txnlog
+    from txnlog.maintenance import checkpoint, expire, vacuum
+
+    runs = 0
+    errors: list[str] = []
+    try:
+        while not stop.wait(config.maintenance_every_s):
+            table = txnlog.Table(config.uri, config.storage_options)
+            try:
+                if kind == "checkpoint":
+                    checkpoint(table)
+                elif kind == "expire":
+                    expire(table, retain_min=config.retain_versions, older_than=0, limit=1000)
+                else:
+                    # Below the 7-day default (hence force): in-flight data files are seconds old.
+                    vacuum(table, retention="120s", force=True)
+                runs += 1
+            except txnlog.errors.CommitConflictError as e:
+                errors.append(f"{kind}: conflict {e!r}")  # vacuum's commits may lose a race: fine
+            except txnlog.errors.TxnLogError as e:
+                errors.append(f"{kind}: {e!r}")
+        out.put((kind, 0, {"runs": runs, "errors": errors}, None))
+    except BaseException:
+        out.put((kind, 0, {"runs": runs, "errors": errors}, traceback.format_exc()))
+
+
+# --- running and judging ---------------------------------------------------------------------
+
+
+def create_table(config: LoadConfig) -> None:
+    import txnlog
+
+    txnlog.Table.create(config.uri, SCHEMA, partition_by=["part"], storage_options=config.storage_options or None)
+
+
+def _final_ids(config: LoadConfig) -> tuple[list[int], list[int]]:
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    import txnlog
+
+    snap = txnlog.Table(config.uri, config.storage_options).snapshot()
+    fs, root = snap.store.arrow_filesystem()
+    paths = [f"{root}/{snap.locate(p).relative}" for p in snap.files().column("path").to_pylist()]
+    ours = ds.dataset(paths, filesystem=fs, format="parquet").to_table(columns=["id"]).column("id").to_pylist()
+    theirs = DeltaTable(config.uri, storage_options=config.storage_options or None).to_pyarrow_table(columns=["id"])
+    return sorted(ours), sorted(theirs.column("id").to_pylist())
+
+
+def run_load(config: LoadConfig) -> LoadResult:
+    """Create the table, run the load, and judge it. Violations are listed, not raised."""
+    import txnlog
+    from txnlog.maintenance import validate
+
+    create_table(config)
+    result = LoadResult(config)
+    out = _CONTEXT.Queue()
+    stop = _CONTEXT.Event()
+    writers = config.txnlog_writers + config.deltalake_writers
+    barrier = _CONTEXT.Barrier(writers + 1)
+    others = [
+        _CONTEXT.Process(target=_reader, args=(config, i, stop, out)) for i in range(config.readers)
+    ] + [
+        _CONTEXT.Process(target=_maintainer, args=(config, kind, stop, out))
+        for kind, on in (("checkpoint", config.checkpointer), ("expire", config.expirer), ("vacuum", config.vacuum))
+        if on
+    ]
+    writer_procs = [_CONTEXT.Process(target=_txnlog_writer, args=(config, i, barrier, out)) for i in range(config.txnlog_writers)]
+    writer_procs += [_CONTEXT.Process(target=_deltalake_writer, args=(config, i, barrier, out)) for i in range(config.deltalake_writers)]
+    for p in others + writer_procs:
+        p.start()
+    reports: list[tuple[Any, ...]] = []
+    try:
+        barrier.wait(START_TIMEOUT_S)
+        started = time.perf_counter()
+        deadline = time.monotonic() + 3600
+        while len(reports) < writers and time.monotonic() < deadline:
+            try:
+                reports.append(out.get(timeout=5))
+            except queue.Empty:
+                if not any(p.is_alive() for p in writer_procs):
+                    break
+        result.seconds = time.perf_counter() - started
+        stop.set()
+        while len(reports) < writers + len(others):
+            try:
+                reports.append(out.get(timeout=120))
+            except queue.Empty:
+                break
+    finally:
+        stop.set()
+        for p in others + writer_procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+                result.violations.append(f"process {p.name} did not finish")
+
+    acknowledged: collections.Counter[int] = collections.Counter()
+    attempted: set[int] = set()
+    versions: dict[int, int] = {}
+    for kind, index, payload, crash in reports:
+        if crash:
+            result.violations.append(f"{kind} {index} crashed: {crash}")
+        if kind in ("txnlog", "deltalake"):
+            for status, ident, version, attempts, seconds, *detail in payload:
+                attempted.add(ident)
+                if status == "ok":
+                    acknowledged[ident] += 1
+                    if kind == "txnlog":
+                        result.committed += 1
+                        result.retries += attempts - 1
+                        result.latencies_ms.append(seconds * 1000)
+                        versions[ident] = version
+                    else:
+                        result.deltalake_committed += 1
+                elif status == "conflict":
+                    result.conflicts += 1
+                    result.failures += detail
+                else:
+                    result.failed += 1
+                    result.failures += detail
+        elif kind == "reader":
+            result.reader_snapshots += payload["snapshots"]
+            result.violations += payload["problems"]
+            _check_reader_counts(payload["seen"], versions, result)
+        else:
+            result.maintenance_runs[kind] = payload["runs"]
+            result.maintenance_errors += payload["errors"]
+    # Reader checks needing the writers' versions ran above before every writer was read: redo.
+    for kind, _index, payload, _crash in reports:
+        if kind == "reader":
+            _check_reader_counts(payload["seen"], versions, result, final=True)
+
+    ours, theirs = _final_ids(config)
+    result.final_rows = len(ours)
+    if ours != theirs:
+        result.violations.append(f"txnlog and deltalake read different rows ({len(ours)} vs {len(theirs)})")
+    counts = collections.Counter(ours)
+    lost = [i for i in acknowledged if counts[i] != 2]
+    if lost:
+        result.violations.append(f"{len(lost)} acknowledged commits are not there exactly once: {lost[:5]}")
+    stray = set(counts) - attempted
+    if stray:
+        result.violations.append(f"rows nobody wrote: {sorted(stray)[:5]}")
+    odd = [i for i, n in counts.items() if n != 2]
+    if odd:
+        result.violations.append(f"commits torn or doubled in the final table: {odd[:5]}")
+    report = validate(txnlog.Table(config.uri, config.storage_options))
+    if not report.ok:
+        result.violations.append(f"validate: {[p.to_dict() for p in report.problems][:3]}")
+    return result
+
+
+def _check_reader_counts(seen: dict[int, int], versions: dict[int, int], result: LoadResult, final: bool = False) -> None:
+    """With only txnlog writers and no failed commit, version v shows exactly two files per
+    acknowledged commit at or below v: nothing missing, nothing extra."""
+    if not final or result.config.deltalake_writers or result.failed or result.conflicts:
+        return
+    ordered = sorted(versions.values())
+    import bisect
+
+    for version, count in seen.items():
+        expected = 2 * bisect.bisect_right(ordered, version)
+        if count != expected:
+            result.violations.append(f"a reader saw {count} files at version {version}; {expected} were committed")
+            return
+
+
+def moto_server() -> tuple[Any, dict[str, str]]:
+    """A moto S3 server on 127.0.0.1 and the storage options txnlog and deltalake take; the
+    fake credentials go to the environment too, for the processes this starts."""
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    os.environ.update(env)
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+    return server, options
+
+
+def new_bucket(options: dict[str, str], name: str) -> str:
+    import boto3
+
+    client: Any = boto3.client("s3", endpoint_url=options["AWS_ENDPOINT_URL"], aws_access_key_id="testing",
+                               aws_secret_access_key="testing", region_name="us-east-1")
+    client.create_bucket(Bucket=name)
+    return f"s3://{name}"
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0

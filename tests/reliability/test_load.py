@@ -1,0 +1,84 @@
+"""Load: writer processes appending at once, with readers, a checkpointer, an expirer and a
+vacuum running (see tests/reliability/load.py for what is checked). Short variants by default;
+the issue's sizes under soak (benchmarks/load.py runs those and prints the figures)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import txnlog
+
+from .load import LoadConfig, LoadResult, create_table, moto_server, new_bucket, rows_for, run_load, snapshot_pairs
+
+
+def _judge(result: LoadResult) -> None:
+    assert not result.violations, result.violations[:10]
+    writers = result.config.txnlog_writers + result.config.deltalake_writers
+    assert result.committed + result.deltalake_committed + result.failed + result.conflicts == writers * result.config.commits
+    assert result.committed >= 0.9 * result.config.txnlog_writers * result.config.commits, result.summary()
+    assert result.reader_snapshots > 0
+    if result.config.checkpointer:
+        assert result.maintenance_runs.get("checkpoint", 0) > 0, result.maintenance_errors[:5]
+    assert not [e for e in result.maintenance_errors if "conflict" not in e], result.maintenance_errors[:5]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, str]]:
+    pytest.importorskip("moto.server")
+    server, options = moto_server()
+    try:
+        yield options
+    finally:
+        server.stop()
+
+
+def test_torn_and_doubled_commits_are_detected(tmp_path: Path) -> None:
+    """The readers' check can fail: a commit with one of its two files, or a commit applied
+    twice, is seen."""
+    config = LoadConfig(uri=str(tmp_path / "t"))
+    create_table(config)
+    table = txnlog.Table(config.uri)
+    table.append(rows_for(7, "x"))
+    table.append(rows_for(8, "x").slice(0, 1))  # torn: only partition a
+    table.append(rows_for(7, "x"))  # doubled
+    pairs = snapshot_pairs(table.snapshot().files())
+    assert pairs == {7: 4, 8: 1}
+
+
+def test_short_load_local_with_deltalake_writers(tmp_path: Path) -> None:
+    result = run_load(LoadConfig(uri=str(tmp_path / "t"), txnlog_writers=3, deltalake_writers=1, commits=15))
+    _judge(result)
+
+
+def test_short_load_on_s3(s3: dict[str, str]) -> None:
+    uri = new_bucket(s3, f"load-{uuid.uuid4().hex[:12]}")
+    # moto answers a few requests per ms on this machine: a short run keeps to the checkpointer.
+    result = run_load(
+        LoadConfig(uri=uri, storage_options=s3, txnlog_writers=2, commits=6, readers=1, expirer=False, vacuum=False)
+    )
+    _judge(result)
+
+
+@pytest.mark.soak
+def test_load_8_writers_500_commits(tmp_path: Path) -> None:
+    result = run_load(LoadConfig(uri=str(tmp_path / "t"), txnlog_writers=8, commits=500))
+    _judge(result)
+
+
+@pytest.mark.soak
+def test_load_4_txnlog_and_2_deltalake_writers(tmp_path: Path) -> None:
+    result = run_load(LoadConfig(uri=str(tmp_path / "t"), txnlog_writers=4, deltalake_writers=2, commits=500))
+    _judge(result)
+
+
+@pytest.mark.soak
+def test_load_4_writers_on_s3(s3: dict[str, str]) -> None:
+    uri = new_bucket(s3, f"load-{uuid.uuid4().hex[:12]}")
+    result = run_load(LoadConfig(uri=uri, storage_options=s3, txnlog_writers=4, commits=500))
+    _judge(result)
+
+
