@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 import txnlog
-from txnlog.errors import LogCorruptError, TxnLogError
+from txnlog.errors import CorruptCheckpointError, LogCorruptError, TxnLogError
 from txnlog.log import checkpoint_writer
 from txnlog.log.actions import DeletionVectorDescriptor, DomainMetadata, Protocol, RemoveFile, Txn
 from txnlog.log.checkpoint_writer import checkpoint_from_log, write_checkpoint
@@ -247,3 +249,40 @@ def test_corpus_at_every_version_after_a_checkpoint(tmp_path: Path, conformance_
         done += 1
     if not done:
         pytest.skip(f"{conformance_case}: nothing after its checkpoint")
+
+
+def test_non_file_actions_anywhere_in_a_many_row_group_checkpoint(log_writer: Callable[..., Any]) -> None:
+    """Other writers may put protocol, metaData and txn rows after the file rows: the reader
+    finds them in whichever row group they are, both when opening and when streaming."""
+    writer = log_writer()
+    writer.create(Txn("app", 3, NOW_MS), partition_columns=("part",))
+    writer.commit(1, *(writer.add(f"part=a/f{i}.parquet", partition_values={"part": "a"}) for i in range(50)))
+    write_checkpoint(txnlog.Table(writer.uri).snapshot(), now_ms=0)
+    path = Path(writer.uri, classic_checkpoint_path(1))
+    rows = pq.read_table(path)
+    is_file = pc.is_valid(rows.column("add"))
+    # File rows first, the three other actions last, in row groups of 7 rows.
+    reordered = pa.concat_tables([rows.filter(is_file), rows.filter(pc.invert(is_file))])
+    pq.write_table(reordered, path, row_group_size=7)
+    assert pq.ParquetFile(path).metadata.num_row_groups > 5
+    snapshot = txnlog.Table(writer.uri).snapshot()
+    assert snapshot.app_transaction_version("app") == 3 and snapshot.num_files == 50
+    writer.commit(2, writer.add("part=a/late.parquet", partition_values={"part": "a"}))
+    checkpoint_from_log(open_store(writer.uri), now_ms=0)
+    _assert_same(_checkpoint_alone(writer.uri, 2), txnlog.Table(writer.uri).snapshot())
+
+
+def test_an_unreadable_previous_checkpoint_fails_cleanly(log_writer: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sidecar lost after the top-level file was listed: the error names it, no checkpoint
+    appears, and the read-ahead thread is gone."""
+    monkeypatch.setattr(checkpoint_writer, "CHUNK_ROWS", 4)
+    monkeypatch.setattr(checkpoint_writer, "SIDECAR_MAX_ROWS", 8)
+    writer = log_writer()
+    _busy_table(writer, protocol=V2, partition_columns=("part",), configuration={"delta.checkpointPolicy": "v2"})
+    sidecars = sorted(Path(writer.uri, LOG_DIR, "_sidecars").iterdir())
+    assert len(sidecars) >= 3
+    sidecars[-1].unlink()  # the first ones stream fine, then this one is missing
+    with pytest.raises(CorruptCheckpointError, match=sidecars[-1].name):
+        checkpoint_from_log(open_store(writer.uri), now_ms=0)
+    assert list_log(open_store(writer.uri)).complete_checkpoint(5) is None
+    assert not [t for t in threading.enumerate() if t.name == "txnlog-checkpoint-read"]
