@@ -7,7 +7,8 @@ the add fields a file list shows, and the remove fields only when tombstones are
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -66,26 +67,76 @@ def _present_children(pf: pq.ParquetFile, column: str, wanted: tuple[str, ...]) 
 
 
 def _read_file_struct(pf: pq.ParquetFile, column: str, children: list[str], part: CheckpointFile) -> pa.Table:
+    schema = FILES_SCHEMA if column == "add" else TOMBSTONES_SCHEMA
+    return concat(_iter_file_struct(pf, column, children, part), schema)
+
+
+def _iter_file_struct(pf: pq.ParquetFile, column: str, children: list[str], part: CheckpointFile) -> Iterator[pa.Table]:
+    """The ``column`` rows of each row group in turn, in the snake_case layout (nulls dropped)."""
     kind = "add" if column == "add" else "remove"
-    schema = FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA
     if not children:
-        return schema.empty_table()
+        return
     has_parsed = kind == "add" and "stats_parsed" not in children and bool(_present_children(pf, "add", ("stats_parsed",)))
     try:
         # One row group at a time: only one group's decoded columns exist beside the result.
-        tables = []
         for group in range(pf.metadata.num_row_groups):
-            struct = pf.read_row_group(group, columns=[f"{column}.{c}" for c in children]).column(column)
+            # One thread: as fast here, and the decoding threads' allocator caches cost 40+ MiB.
+            struct = pf.read_row_group(group, columns=[f"{column}.{c}" for c in children], use_threads=False).column(column)
             # With writeStatsAsJson=false the 'stats' string is null or absent: use stats_parsed.
             if has_parsed:
                 stats = pc.struct_field(struct, "stats") if "stats" in children else None
                 if stats is None or pc.any(pc.and_(pc.is_valid(struct), pc.is_null(stats))).as_py():
                     columns = [f"{column}.{c}" for c in [*children, "stats_parsed"]]
                     struct = pf.read_row_group(group, columns=columns).column(column)
-            tables.append(struct_to_table(struct, kind))
-        return concat(tables, schema)
+            table = struct_to_table(struct, kind)
+            if kind == "add" and table.column("path").null_count:
+                raise _fail(part, "an 'add' row has no path")
+            if table.num_rows:
+                yield table
     except (OSError, pa.ArrowException) as e:
         raise _fail(part, f"cannot read column '{column}': {e}") from e
+
+
+# A field every action of each kind has: reading it alone says which rows hold that action.
+_PROBE_FIELDS = {
+    "protocol": "minReaderVersion",
+    "metaData": "id",
+    "txn": "appId",
+    "domainMetadata": "domain",
+    "checkpointMetadata": "version",
+    "sidecar": "path",
+}
+
+
+def _read_non_file(pf: pq.ParquetFile, part: CheckpointFile) -> list[Action]:
+    """The non-file actions of one checkpoint file. They are a few rows among the file actions:
+    one leaf per action kind, read group by group, says which row groups hold them, and only
+    those are read in full, in small batches of which only the action rows are kept (reading
+    every non-file column of every row group took longer than reading the file list)."""
+    names = pf.schema_arrow.names
+    wanted = [c for c in NON_FILE_COLUMNS if c in names]
+    if not wanted:
+        return []
+    try:
+        groups: list[int] = list(range(pf.metadata.num_row_groups))
+        probes = [f"{c}.{_PROBE_FIELDS[c]}" for c in wanted if _PROBE_FIELDS[c] in _present_children(pf, c, (_PROBE_FIELDS[c],))]
+        if len(groups) > 1 and len(probes) == len(wanted):
+            groups = [g for g in groups if _holds_any(pf.read_row_group(g, columns=probes, use_threads=False))]
+        kept = []
+        for batch in pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=groups, columns=wanted, use_threads=False):
+            valid = functools.reduce(pc.or_, (column.is_valid() for column in batch.columns))
+            if pc.any(valid).as_py():
+                kept.append(batch.filter(valid))
+        return _decode_non_file(pa.Table.from_batches(kept), part) if kept else []
+    except (OSError, pa.ArrowException) as e:
+        raise _fail(part, str(e)) from e
+
+
+_BATCH_ROWS = 8192
+
+
+def _holds_any(table: pa.Table) -> bool:
+    return any(column.null_count < len(column) for column in table.columns)
 
 
 def _decode_non_file(rows: pa.Table, part: CheckpointFile) -> list[Action]:
@@ -105,11 +156,7 @@ def _read_parquet_part(
 ) -> tuple[list[Action], pa.Table, Callable[[], pa.Table]]:
     pf = _open_parquet(store, path, part)
     names = set(pf.schema_arrow.names)
-    wanted = [c for c in NON_FILE_COLUMNS if c in names]
-    try:
-        non_file = _decode_non_file(pf.read(columns=wanted), part) if wanted else []
-    except (OSError, pa.ArrowException) as e:
-        raise _fail(part, str(e)) from e
+    non_file = _read_non_file(pf, part)
     add_children = _present_children(pf, "add", ADD_LOG_FIELD_NAMES)
     if "add" in names and "path" not in add_children:
         raise _fail(part, "its 'add' column has no 'path' field")
@@ -192,3 +239,40 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointD
     non_file = [a for a in non_file if not isinstance(a, Sidecar)]
     return CheckpointData(version, non_file, concat(adds, FILES_SCHEMA), load_tombstones)
 
+
+
+@dataclass
+class CheckpointSources:
+    """A checkpoint's non-file actions, and the Parquet files holding its file actions (the
+    parts themselves, then V2 sidecars), to be streamed row group by row group."""
+
+    version: int
+    non_file_actions: list[Action]
+    file_parts: list[CheckpointFile]
+
+    def iter_files(self, store: LogStore, kind: str) -> Iterator[pa.Table]:
+        """The ``add`` (``FILES_SCHEMA``) or ``remove`` (``TOMBSTONES_SCHEMA``) rows of every
+        file, one row group at a time: never the whole list at once."""
+        column = "add" if kind == "add" else "remove"
+        wanted = ADD_LOG_FIELD_NAMES if kind == "add" else REMOVE_LOG_FIELD_NAMES
+        for part in self.file_parts:
+            pf = _open_parquet(store, part.path, part)
+            children = _present_children(pf, column, wanted)
+            if kind == "add" and column in pf.schema_arrow.names and "path" not in children:
+                raise _fail(part, "its 'add' column has no 'path' field")
+            yield from _iter_file_struct(pf, column, children, part)
+
+
+def checkpoint_sources(store: LogStore, parts: list[CheckpointFile]) -> CheckpointSources | None:
+    """What :class:`CheckpointSources` needs, reading only the non-file columns; None for a V2
+    checkpoint whose top-level file is JSON (its file actions are inline: read it whole)."""
+    if any(part.v2_format == "json" for part in parts):
+        return None
+    version = parts[0].version
+    non_file: list[Action] = []
+    for part in parts:
+        non_file += _read_non_file(_open_parquet(store, part.path, part), part)
+    files = list(parts)
+    for sidecar in (a for a in non_file if isinstance(a, Sidecar)):
+        files.append(CheckpointFile(sidecar_path(store, sidecar, version), version))
+    return CheckpointSources(version, [a for a in non_file if not isinstance(a, Sidecar)], files)

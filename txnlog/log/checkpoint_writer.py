@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from queue import Queue
 from typing import Any
 
 import pyarrow as pa
@@ -27,10 +29,10 @@ import pyarrow.parquet as pq
 
 from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, TxnLogError
-from txnlog.file_facts import is_column_mapped, parse_partition_values, parse_stats, partition_fields, table_stats_type
+from txnlog.file_facts import file_keys, is_column_mapped, parse_partition_values, parse_stats, partition_fields, table_stats_type
 from txnlog.log import codec
-from txnlog.log.actions import CheckpointMetadata, Metadata, Protocol, Sidecar
-from txnlog.log.checkpoint_reader import sidecar_path
+from txnlog.log.actions import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, Txn
+from txnlog.log.checkpoint_reader import CheckpointSources, checkpoint_sources, sidecar_path
 from txnlog.log.file_actions import (
     ADD_LOG_TYPE,
     DV_LOG_TYPE,
@@ -41,8 +43,8 @@ from txnlog.log.file_actions import (
 )
 from txnlog.log.filenames import LOG_DIR, SIDECAR_DIR, CheckpointFile, classic_checkpoint_path, version_prefix
 from txnlog.log.last_checkpoint import LastCheckpointHint, read_hint, write_hint
-from txnlog.log.replay import TableState
-from txnlog.log.segment import list_log
+from txnlog.log.replay import TableState, apply_commits, read_commits, replay
+from txnlog.log.segment import LogSegment, build_segment, list_log
 from txnlog.storage.base import LogStore
 
 logger = logging.getLogger(__name__)
@@ -111,29 +113,153 @@ def write_checkpoint(store: LogStore, state: TableState | None = None, *, now_ms
     now = int(time.time() * 1000) if now_ms is None else now_ms
     result = _existing(store, version)
     if result is None:
-        started = time.perf_counter()
-        content = _Content.of(state, now)
-        if state.protocol.has_writer_feature("v2Checkpoint"):
-            result = _write_v2(store, version, content)
-        else:
-            if props.CHECKPOINT_POLICY.get(state.metadata.configuration) == "v2":
-                logger.warning(
-                    "%s has %s=v2 but no v2Checkpoint table feature: writing a classic checkpoint "
-                    "(PROTOCOL.md allows UUID-named checkpoints only with the feature)",
-                    store.root_uri,
-                    props.CHECKPOINT_POLICY.key,
-                )
-            result = _write_classic(store, version, content)
-        logger.info(
-            "wrote checkpoint %s of %s: %d actions, %d files, %d bytes in %.2fs",
-            version,
-            store.root_uri,
-            result.num_actions,
-            result.num_add_files,
-            result.size_in_bytes,
-            time.perf_counter() - started,
-        )
+        result = _write(store, state, _Content.of(state, now))
     _advance_hint(store, result)
+    return result
+
+
+def checkpoint_from_log(store: LogStore, version: int | None = None, *, now_ms: int | None = None) -> CheckpointResult:
+    """Checkpoint ``version`` (default: the latest) of the table in ``store`` without opening a
+    snapshot of it: the newest checkpoint below it is streamed row group by row group, minus
+    the logical files (path, deletion vector id) the commits after it add or remove, then the
+    commits' live files. Memory is bounded by one row group and those commits, whatever the
+    number of files. Without an earlier Parquet checkpoint, the log is replayed in full.
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    segment = build_segment(store, version)
+    result = _existing(store, segment.version)
+    if result is None:
+        sources = checkpoint_sources(store, segment.checkpoint) if segment.checkpoint else None
+        if sources is None:
+            state = replay(store, segment)
+            result = _write(store, state, _Content.of(state, now))
+        else:
+            state, content = _streamed(store, segment, sources, now)
+            result = _write(store, state, content)
+    _advance_hint(store, result)
+    return result
+
+
+def _streamed(store: LogStore, segment: LogSegment, sources: CheckpointSources, now: int) -> tuple[TableState, _Content]:
+    """The content of a checkpoint at ``segment.version``: ``sources`` (the previous
+    checkpoint) brought forward by the segment's commits, as streams."""
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    txns: dict[str, Txn] = {}
+    domains: dict[str, DomainMetadata] = {}
+    for action in sources.non_file_actions:
+        if isinstance(action, Protocol):
+            protocol = action
+        elif isinstance(action, Metadata):
+            metadata = action
+        elif isinstance(action, Txn):
+            txns[action.app_id] = action
+        elif isinstance(action, DomainMetadata) and not action.removed:
+            domains[action.domain] = action
+    # The commits alone, reconciled among themselves (the same rules and checks as a replay).
+    delta = apply_commits(
+        read_commits(store, segment.commits, columnar=True),
+        base_files=FILES_SCHEMA.empty_table(),
+        protocol=protocol,
+        metadata=metadata,
+        app_transactions=txns,
+        domains=domains,
+        tombstone_parts=(),
+        version=segment.version,
+        where=f"{store.root_uri} version {segment.version}",
+    )
+    new_tombstones = delta.tombstones()
+    # Every logical file a commit touched: its latest action is either a live add or a tombstone.
+    touched = pa.concat_arrays([delta.file_keys(), file_keys(new_tombstones).cast(pa.string())])
+    config = delta.metadata.configuration
+
+    def untouched(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+        for table in tables:
+            if len(touched):
+                table = table.filter(pc.invert(pc.is_in(file_keys(table), value_set=touched)))
+            if table.num_rows:
+                yield table
+
+    def adds() -> Iterator[pa.Table]:
+        # Reading the next row group overlaps with encoding and writing this one.
+        yield from _prefetched(untouched(sources.iter_files(store, "add")))
+        yield delta.files
+
+    def removes() -> Iterator[pa.Table]:
+        for table in untouched(sources.iter_files(store, "remove")):
+            yield _retained(table, config, now)
+        yield _retained(new_tombstones, config, now)
+
+    content = _Content(_non_file_rows(delta, now), _AddEncoder(delta.protocol, delta.metadata), adds, removes)
+    return delta, content
+
+
+_DONE = object()
+
+
+def _prefetched(items: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """``items``, each produced on a helper thread while the consumer works on the one before
+    (pyarrow's reads and writes release the GIL): at most two items exist at a time. The
+    helper stops when the consumer does; its errors are raised here."""
+    ready: Queue[Any] = Queue()
+    slot = threading.Semaphore(1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            while True:
+                while not slot.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                item = next(items, _DONE)
+                ready.put(item)
+                if item is _DONE:
+                    return
+        except BaseException as e:  # handed to the consumer, which raises it
+            ready.put(e)
+
+    worker = threading.Thread(target=produce, name="txnlog-checkpoint-read", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            slot.release()  # the helper reads the next one while this one is written
+            yield item
+            del item
+    finally:
+        stop.set()
+        worker.join()
+
+
+def _write(store: LogStore, state: TableState, content: _Content) -> CheckpointResult:
+    version = state.version
+    started = time.perf_counter()
+    if state.protocol.has_writer_feature("v2Checkpoint"):
+        result = _write_v2(store, version, content)
+    else:
+        if props.CHECKPOINT_POLICY.get(state.metadata.configuration) == "v2":
+            logger.warning(
+                "%s has %s=v2 but no v2Checkpoint table feature: writing a classic checkpoint "
+                "(PROTOCOL.md allows UUID-named checkpoints only with the feature)",
+                store.root_uri,
+                props.CHECKPOINT_POLICY.key,
+            )
+        result = _write_classic(store, version, content)
+    logger.info(
+        "wrote checkpoint %s of %s: %d actions, %d files, %d bytes in %.2fs",
+        version,
+        store.root_uri,
+        result.num_actions,
+        result.num_add_files,
+        result.size_in_bytes,
+        time.perf_counter() - started,
+    )
     return result
 
 
@@ -143,40 +269,57 @@ def write_checkpoint(store: LogStore, state: TableState | None = None, *, now_ms
 @dataclass
 class _Content:
     non_file: list[dict[str, Any]]  # {column: body} rows
-    files: pa.Table  # FILES_SCHEMA
-    tombstones: pa.Table  # TOMBSTONES_SCHEMA, retention applied
     add_encoder: _AddEncoder
+    #: Producers of the file list (FILES_SCHEMA tables) and of the tombstones
+    #: (TOMBSTONES_SCHEMA, retention applied), each a stream of pieces, called once.
+    adds: Callable[[], Iterable[pa.Table]]
+    removes: Callable[[], Iterable[pa.Table]]
+    num_add_files: int = 0
 
     @classmethod
     def of(cls, state: TableState, now: int) -> _Content:
-        config = state.metadata.configuration
-        rows: list[dict[str, Any]] = [codec.encode_action(state.protocol), codec.encode_action(state.metadata)]
-        txn_horizon = props.SET_TRANSACTION_RETENTION.get(config)
-        for txn in state.app_transactions.values():
-            # A txn without lastUpdated cannot be dated, so it is kept.
-            if txn_horizon is not None and txn.last_updated is not None and txn.last_updated < now - txn_horizon:
-                continue
-            rows.append(codec.encode_action(txn))
-        rows += [codec.encode_action(d) for d in state.domains.values() if not d.removed]
-
-        tombstones = state.tombstones()
-        if tombstones.num_rows:
-            # A tombstone without a deletionTimestamp counts as deleted at 0, i.e. expired.
-            horizon = now - props.DELETED_FILE_RETENTION.get(config)
-            deleted_at = pc.fill_null(tombstones.column("deletion_timestamp"), 0)
-            tombstones = tombstones.filter(pc.greater_equal(deleted_at, horizon))
-        return cls(rows, state.files, tombstones, _AddEncoder(state.protocol, state.metadata))
-
-    @property
-    def num_add_files(self) -> int:
-        return int(self.files.num_rows)
+        tombstones = _retained(state.tombstones(), state.metadata.configuration, now)
+        return cls(
+            _non_file_rows(state, now),
+            _AddEncoder(state.protocol, state.metadata),
+            lambda: [state.files],
+            lambda: [tombstones],
+        )
 
     def file_batches(self, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """The add rows, then the remove rows, in chunks of at most CHUNK_ROWS."""
-        for batch in _regrouped(self.files):
-            yield _row_batch(schema, batch.num_rows, add=self.add_encoder.encode(batch))
-        for batch in _regrouped(self.tombstones):
-            yield _row_batch(schema, batch.num_rows, remove=_encode_removes(batch))
+        self.num_add_files = 0
+        for table in self.adds():
+            for batch in _regrouped(table):
+                self.num_add_files += batch.num_rows
+                yield _row_batch(schema, batch.num_rows, add=self.add_encoder.encode(batch))
+        for table in self.removes():
+            for batch in _regrouped(table):
+                yield _row_batch(schema, batch.num_rows, remove=_encode_removes(batch))
+
+
+def _non_file_rows(state: TableState, now: int) -> list[dict[str, Any]]:
+    """protocol, metaData, the app transactions within their retention, and live domains."""
+    config = state.metadata.configuration
+    rows: list[dict[str, Any]] = [codec.encode_action(state.protocol), codec.encode_action(state.metadata)]
+    txn_horizon = props.SET_TRANSACTION_RETENTION.get(config)
+    for txn in state.app_transactions.values():
+        # A txn without lastUpdated cannot be dated, so it is kept.
+        if txn_horizon is not None and txn.last_updated is not None and txn.last_updated < now - txn_horizon:
+            continue
+        rows.append(codec.encode_action(txn))
+    rows += [codec.encode_action(d) for d in state.domains.values() if not d.removed]
+    return rows
+
+
+def _retained(tombstones: pa.Table, config: Mapping[str, str], now: int) -> pa.Table:
+    """Tombstones younger than the deleted-file retention (the others only served VACUUM)."""
+    if not tombstones.num_rows:
+        return tombstones
+    # A tombstone without a deletionTimestamp counts as deleted at 0, i.e. expired.
+    horizon = now - props.DELETED_FILE_RETENTION.get(config)
+    deleted_at = pc.fill_null(tombstones.column("deletion_timestamp"), 0)
+    return tombstones.filter(pc.greater_equal(deleted_at, horizon))
 
 
 def _regrouped(table: pa.Table) -> Iterator[pa.RecordBatch]:
@@ -478,4 +621,4 @@ def _advance_hint(store: LogStore, result: CheckpointResult) -> None:
     write_hint(store, hint)
 
 
-__all__ = ["CheckpointResult", "write_checkpoint", "CHUNK_ROWS"]
+__all__ = ["CheckpointResult", "checkpoint_from_log", "write_checkpoint", "CHUNK_ROWS"]
