@@ -43,7 +43,8 @@ def operation_context(operation: str, uri: str, *, version: int | None = None) -
             e.operation = operation
             if version is not None and getattr(e, "version", None) is None:
                 setattr(e, "version", version)  # noqa: B010  (not every error class declares it)
-            if e.args and isinstance(e.args[0], str):
+            # A message that already names the table (a refusal) needs no prefix.
+            if e.args and isinstance(e.args[0], str) and uri not in e.args[0]:
                 at = f" at version {version}" if version is not None else ""
                 e.args = (f"{operation} of {uri}{at}: {e.args[0]}", *e.args[1:])
         raise
