@@ -151,8 +151,11 @@ def optimize(
         )
         try:
             ctx = WriteContext.for_snapshot(snapshot, storage_options=table.storage_options, target_file_size=target)
-            # One output task per bin, so each bin comes back as about one file.
-            df = read_files(spark, snapshot, inputs).coalesce(len(bins))
+            df = read_files(spark, snapshot, inputs)
+            # All rows of a partition in one task, so each comes back as files of about the
+            # target size (not one file per input task).
+            partition_columns = list(snapshot.partition_columns)
+            df = df.repartition(len(bins), *partition_columns) if partition_columns else df.coalesce(len(bins))
             adds = write_files(df, ctx, target_file_size=target, data_change=False)
             txn.remove_files(inputs, data_change=False)
             txn.add_files(adds, data_change=False)
