@@ -346,16 +346,10 @@ def _matched_files(uri: str, target: Any, source: Any, join: Any, condition: Mer
 
 def _read_tagged(spark: Any, snapshot: Snapshot, files: pa.Table) -> Any:
     """The rows of ``files`` (deletion vectors applied) with the file's log path in FILE_COLUMN."""
-    from pyspark.sql import functions as F
-
+    from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
     from txnlog.spark.reader import read_files
 
-    paths = files.column("path").to_pylist()
-    frames = [read_files(spark, snapshot, files.slice(i, 1)).withColumn(FILE_COLUMN, F.lit(p)) for i, p in enumerate(paths)]
-    out = frames[0]
-    for more in frames[1:]:
-        out = out.unionByName(more)
-    return out
+    return read_files(spark, snapshot, files, with_file_column=True).withColumnRenamed(READER_FILE_COLUMN, FILE_COLUMN)
 
 
 def merge(

@@ -108,12 +108,15 @@ class ForeachBatchSink:
         self.compaction_retries = compaction_retries
         self.properties = dict(properties) if properties else None
         self.stats = SinkStats()
+        #: The error that failed the last failed batch (the query itself only reports its text).
+        self.last_error: BaseException | None = None
         self._table: Table | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark Connect pickles the function to run it server-side: the open Table stays behind.
         state = dict(self.__dict__)
         state["_table"] = None
+        state["last_error"] = None
         return state
 
     def table(self) -> Table:
@@ -122,7 +125,14 @@ class ForeachBatchSink:
         return self._table
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        batch_id = int(batch_id)
+        try:
+            self._batch(batch_df, int(batch_id))
+        except BaseException as error:
+            # Spark hands the query's caller a StreamingQueryException carrying only the text.
+            self.last_error = error
+            raise
+
+    def _batch(self, batch_df: Any, batch_id: int) -> None:
         started = time.monotonic()
         for attempt in range(1, self.compaction_retries + 2):
             try:
