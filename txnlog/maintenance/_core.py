@@ -8,7 +8,6 @@ opened, checked or deleted outside the table root because a log entry says so.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from txnlog.errors import UnsafePathError
 from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.checkpoint_writer import CheckpointResult, _advance_hint, _existing
+from txnlog.log.deletion_vectors import dv_file_path
 from txnlog.log.file_actions import FILES_SCHEMA, concat, table_from_log_dicts
 from txnlog.log.filenames import LOG_DIR, SIDECAR_DIR, CheckpointFile
 from txnlog.log.last_checkpoint import LastCheckpointHint, read_hint
@@ -63,36 +62,6 @@ def locate(table_uri: str, path: str, *, version: int | None = None) -> str:
     location = paths.locate(table_uri, path, version=version)
     assert location.relative is not None  # without the opt-in, locate only answers inside the root
     return location.relative
-
-
-# Z85 (ZeroMQ's base85), which Delta uses for the UUID in a deletion vector's pathOrInlineDv.
-_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-_Z85_VALUE = {c: i for i, c in enumerate(_Z85)}
-
-
-def _z85_decode(text: str) -> bytes:
-    out = bytearray()
-    for i in range(0, len(text), 5):
-        value = 0
-        for c in text[i : i + 5]:
-            value = value * 85 + _Z85_VALUE[c]
-        out += value.to_bytes(4, "big")
-    return bytes(out)
-
-
-def dv_file_path(storage_type: str | None, path_or_inline_dv: str | None) -> str | None:
-    """The file of an on-disk deletion vector, as a log path ('u': derived from its UUID, 'p': the
-    path itself); None for an inline one."""
-    if not path_or_inline_dv or storage_type not in ("u", "p"):
-        return None
-    if storage_type == "p":
-        return path_or_inline_dv
-    prefix, encoded = path_or_inline_dv[:-20], path_or_inline_dv[-20:]
-    try:
-        name = f"deletion_vector_{uuid.UUID(bytes=_z85_decode(encoded))}.bin"
-    except (KeyError, ValueError) as e:
-        raise UnsafePathError(f"deletion vector {path_or_inline_dv!r} has no valid UUID: {e}", path=path_or_inline_dv) from None
-    return f"{prefix}/{name}" if prefix else name
 
 
 def referenced_paths(table_uri: str, files: pa.Table, *, version: int | None = None) -> list[str]:

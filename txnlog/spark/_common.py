@@ -1,0 +1,125 @@
+"""What the Spark writer, reader and transaction share: schema conversion between Spark and
+Delta, and turning errors raised inside Spark tasks back into txnlog errors on the driver.
+
+Only public PySpark APIs are used (they behave the same on a classic session and over Spark
+Connect); nothing here touches the JVM or ``sparkContext``.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+import re
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+# Characters Hadoop's glob matcher treats specially in a path given to spark.read.
+_GLOB = re.compile(r"([\\\[\]{}*?])")
+# A URI scheme and the slashes after it: what differs between how txnlog and Spark print a path.
+SCHEME_PREFIX = r"^[A-Za-z][A-Za-z0-9+.-]*:/*"
+_SCHEME_PREFIX = re.compile(SCHEME_PREFIX)
+# Spark's Hadoop filesystems for the schemes txnlog opens with fsspec.
+_HADOOP_SCHEMES = {"s3": "s3a", "gs": "gs", "gcs": "gs", "az": "abfss", "abfs": "abfss"}
+
+
+def require_dataframe(df: Any) -> None:
+    """Refuse anything but a PySpark DataFrame (classic or Connect) with a clear error."""
+    cls = type(df)
+    if not (cls.__name__ == "DataFrame" and cls.__module__.startswith("pyspark.sql")):
+        raise InvalidArgumentError(f"expected a pyspark.sql.DataFrame, got {cls.__module__}.{cls.__name__}")
+
+
+def delta_schema_of(spark_schema: StructType) -> str:
+    """The Delta schemaString of a DataFrame's schema: Spark's own JSON, every field nullable
+    (as delta-spark creates tables: a DataFrame's nullability is rarely meant as a constraint)."""
+
+    def nullable(t: Any) -> Any:
+        if isinstance(t, dict):
+            kind = t.get("type")
+            if kind == "struct":
+                return {**t, "fields": [{**f, "nullable": True, "type": nullable(f["type"])} for f in t["fields"]]}
+            if kind == "array":
+                return {**t, "containsNull": True, "elementType": nullable(t["elementType"])}
+            if kind == "map":
+                return {**t, "valueContainsNull": True, "keyType": nullable(t["keyType"]), "valueType": nullable(t["valueType"])}
+        return t
+
+    return orjson.dumps(nullable(spark_schema.jsonValue())).decode()
+
+
+def spark_schema_of(schema_string: str) -> StructType:
+    """The Spark schema of a Delta schemaString (the same JSON form)."""
+    try:
+        return StructType.fromJson(orjson.loads(schema_string))
+    except Exception as e:  # pyspark raises plain ValueError/KeyError for types it lacks
+        raise SchemaError(f"the table schema cannot be expressed as a Spark schema: {e}", field="schemaString") from None
+
+
+def arrow_schema_of(df: DataFrame) -> pa.Schema:
+    """The Arrow schema the DataFrame's rows arrive in at ``mapInArrow`` tasks."""
+    try:
+        return to_arrow_schema(df.schema, timezone="UTC")
+    except Exception as e:
+        raise SchemaError(f"the DataFrame's schema has a type txnlog cannot write: {e}") from None
+
+
+def hadoop_path(uri: str) -> str:
+    """A data file URI as a path for ``spark.read``: Hadoop's scheme names, glob characters escaped."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return _GLOB.sub(r"\\\1", uri)
+    if scheme == "memory":
+        raise InvalidArgumentError(f"Spark cannot read {uri}: memory:// tables live only in this Python process")
+    escaped = _GLOB.sub(r"\\\1", rest)
+    return f"{_HADOOP_SCHEMES.get(scheme, scheme)}://{escaped}"
+
+
+def path_key(uri: str) -> str:
+    """A file's identity independent of how the scheme is spelled (``file:/x`` vs ``file:///x``):
+    the URI without its scheme and leading slashes, not URI-encoded. Spark's ``_metadata.file_path``
+    maps to the same text with :func:`spark_path_key`."""
+    return _SCHEME_PREFIX.sub("", uri)
+
+
+def spark_path_key(column: Any) -> Any:
+    """:func:`path_key` of Spark's URI-encoded ``_metadata.file_path`` column."""
+    # url_decode turns '+' into a space (form encoding); Spark leaves '+' unencoded in paths.
+    decoded = F.url_decode(F.replace(column, F.lit("+"), F.lit("%2B")))
+    return F.regexp_replace(decoded, SCHEME_PREFIX, "")
+
+
+# --- errors raised in tasks -----------------------------------------------------------------
+
+
+def encode_error(error: TxnLogError) -> str:
+    """A txnlog error raised in a task, as text a result row can carry to the driver."""
+    return base64.b64encode(pickle.dumps(error)).decode()
+
+
+def decode_error(text: str) -> TxnLogError:
+    error = pickle.loads(base64.b64decode(text))
+    if not isinstance(error, TxnLogError):  # never expected: tasks only encode TxnLogErrors
+        return TxnLogError(str(error))
+    return error
+
+
+__all__ = [
+    "arrow_schema_of",
+    "decode_error",
+    "delta_schema_of",
+    "encode_error",
+    "hadoop_path",
+    "path_key",
+    "require_dataframe",
+    "spark_path_key",
+    "spark_schema_of",
+]

@@ -1,0 +1,288 @@
+"""Writing a Spark DataFrame to a txnlog table: executors write the Parquet files, the driver
+commits the log.
+
+Each Spark task gets the table's picklable :class:`~txnlog.write.context.WriteContext` (the same
+code ``Table.append`` writes with: layout, physical names, stats, target file size, storage
+options) and writes its rows with pyarrow straight to final, collision-free paths under the table
+root. It yields one small row per file; the driver collects only those rows and commits them in
+one transaction. Nothing is renamed, so a failed or killed job leaves no visible data: its files
+are never named by a commit, and vacuum removes them.
+
+Only public DataFrame APIs are used (``mapInArrow``, ``repartition``, ``collect`` of the file
+rows), so the same code runs on a classic session, a cluster and over Spark Connect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import functions as F
+
+from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
+from txnlog.file_facts import physical_names
+from txnlog.log.actions import AddFile
+from txnlog.log.codec import decode_action, encode_action
+from txnlog.log.file_actions import FILES_SCHEMA, table_from_log_dicts
+from txnlog.predicates import FilePredicate
+from txnlog.schema import arrow_to_delta_schema
+from txnlog.spark._common import arrow_schema_of, decode_error, delta_schema_of, encode_error, require_dataframe
+from txnlog.spark.reader import FILE_COLUMN, read_files
+from txnlog.table import Table
+from txnlog.txn.transaction import CommitResult, OptimisticTransaction
+from txnlog.write.context import WriteContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+MODES = ("append", "overwrite", "error", "ignore")
+
+# One row per written file, or one row carrying a txnlog error raised in the task.
+_RESULT_DDL = "add string, error string"
+_RESULT_SCHEMA = pa.schema([("add", pa.string()), ("error", pa.string())])
+
+
+class _WriteTask:
+    """The function each ``mapInArrow`` task runs: write its rows, yield its file rows.
+
+    A txnlog error (schema, constraint, replaceWhere condition) comes back as a row rather than
+    a task failure, so the driver raises it as the same txnlog error class; the failing task's
+    own files are deleted by ``WriteContext.write``.
+    """
+
+    def __init__(self, ctx: WriteContext, data_change: bool, require: str | None) -> None:
+        self.ctx = ctx
+        self.data_change = data_change
+        self.require = require
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            source = self._checked(batches) if self.require is not None else batches
+            written = self.ctx.write(source, data_change=self.data_change)
+        except TxnLogError as e:
+            yield pa.RecordBatch.from_pydict({"add": [None], "error": [encode_error(e)]}, schema=_RESULT_SCHEMA)
+            return
+        rows = [orjson.dumps(encode_action(a)["add"]).decode() for a in written.add_files]
+        yield pa.RecordBatch.from_pydict({"add": rows, "error": [None] * len(rows)}, schema=_RESULT_SCHEMA)
+
+    def _checked(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """Rows must satisfy the replaceWhere condition (a null result does not)."""
+        assert self.require is not None
+        ctx = self.ctx
+        predicate = FilePredicate(self.require, ctx.schema, ctx.partition_columns, physical_names(ctx.schema, ctx.configuration))
+        expression = predicate.row_filter()
+        for batch in batches:
+            table = pa.Table.from_batches([batch])
+            matching = table.filter(expression).num_rows
+            if matching != batch.num_rows:
+                bad = table.filter(~expression).slice(0, 1).to_pylist() or ["(a row where the condition is null)"]
+                raise ProtocolViolationError(
+                    f"{batch.num_rows - matching} written row(s) do not match the replaceWhere condition "
+                    f"{self.require!r} of table {ctx.table_uri}, e.g. {bad[0]}",
+                    rule="replaceWhere",
+                )
+            yield batch
+
+
+def write_files(
+    df: DataFrame,
+    ctx: WriteContext,
+    *,
+    partition_by: Sequence[str] | None = None,
+    target_file_size: int | None = None,
+    data_change: bool = True,
+    require: str | None = None,
+) -> list[AddFile]:
+    """Write ``df`` as data files of the table ``ctx`` describes, on the executors; the files'
+    ``AddFile`` records, not yet committed.
+
+    ``partition_by`` defaults to the table's partition columns: rows are repartitioned by them
+    first so each task writes few files per partition. ``target_file_size`` (bytes) overrides
+    the table's. ``require``: a SQL condition every row must satisfy (replaceWhere), else
+    ProtocolViolationError. The DataFrame's schema is checked against the table's before any
+    task starts (SchemaError naming the column).
+    """
+    require_dataframe(df)
+    if target_file_size is not None:
+        if target_file_size <= 0:
+            raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
+        ctx = dataclasses.replace(ctx, target_file_size=int(target_file_size))
+    check_schema(df, ctx)
+    columns = list(partition_by) if partition_by is not None else list(ctx.partition_columns)
+    if columns:
+        missing = [c for c in columns if c.lower() not in {n.lower() for n in df.columns}]
+        if missing:
+            raise SchemaError(f"partition column '{missing[0]}' is not a column of the DataFrame", field=missing[0])
+        df = df.repartition(*columns)
+    task = _WriteTask(ctx, data_change, require)
+    rows = df.mapInArrow(task, _RESULT_DDL).collect()  # one small row per file, never the data
+    errors = [r["error"] for r in rows if r["error"] is not None]
+    adds = [r["add"] for r in rows if r["add"] is not None]
+    if errors:
+        error = decode_error(errors[0])
+        if adds:
+            error.add_note(f"txnlog: {len(adds)} data file(s) other tasks wrote are left uncommitted for vacuum")
+        raise error
+    out: list[AddFile] = []
+    for text in adds:
+        action = decode_action("add", orjson.loads(text), path="<spark task result>")
+        assert isinstance(action, AddFile)
+        out.append(action)
+    return out
+
+
+def check_schema(df: DataFrame, ctx: WriteContext) -> None:
+    """SchemaError naming the column unless ``df``'s columns and types fit the table: the same
+    check the executors make, done once on the driver before any file is written."""
+    empty = arrow_schema_of(df).empty_table()
+    written = ctx.write(empty)  # checks the schema; no rows, so no file
+    assert not written.add_files
+
+
+def _add_columns(snapshot_schema: pa.Schema, df_schema: pa.Schema) -> pa.Schema | None:
+    """The table schema with the DataFrame's new top-level columns appended (nullable), or None
+    when the DataFrame has none."""
+    known = {f.name.lower() for f in snapshot_schema}
+    new = [f.with_nullable(True) for f in df_schema if f.name.lower() not in known]
+    return pa.schema([*snapshot_schema, *new]) if new else None
+
+
+def _start(table: Table, df: DataFrame, mode: str, partition_by: Sequence[str] | None, properties: Mapping[str, str] | None,
+           merge_schema: bool, params: dict[str, Any]) -> OptimisticTransaction | None:
+    """The transaction of a write: a new table's first commit, or one on the existing table;
+    None when ``mode="ignore"`` finds a table."""
+    if not table.exists():
+        txn = OptimisticTransaction(table, None, operation="CREATE TABLE AS SELECT", operation_parameters=params,
+                                    on_commit=table._remember)
+        txn.update_metadata(schema=delta_schema_of(df.schema), partition_columns=tuple(partition_by or ()),
+                            configuration=dict(properties or {}))
+        return txn
+    if mode == "error":
+        raise TableAlreadyExistsError(f"a Delta table already exists at {table.uri} (mode='error')", uri=table.uri)
+    if mode == "ignore":
+        return None
+    txn = table.transaction("WRITE", operation_parameters=params)
+    if partition_by is not None and [c.lower() for c in partition_by] != [c.lower() for c in txn.metadata.partition_columns]:
+        txn.abort()
+        raise InvalidArgumentError(
+            f"partition_by={list(partition_by)} differs from the partitioning {list(txn.metadata.partition_columns)} of table {table.uri}"
+        )
+    if merge_schema:
+        wider = _add_columns(txn.metadata.schema, arrow_schema_of(df))
+        if wider is not None:
+            txn.update_metadata(schema=arrow_to_delta_schema(wider))
+    return txn
+
+
+def remove_where(
+    spark: SparkSession,
+    txn: OptimisticTransaction,
+    predicate: str,
+    *,
+    ctx: WriteContext | None = None,
+    files: pa.Table | None = None,
+) -> tuple[pa.Table, list[AddFile]]:
+    """Stage the removal of every row matching ``predicate`` (copy-on-write), recording the read;
+    the files removed and the files written in their place.
+
+    Files whose partition values alone decide the predicate are removed whole; a file that also
+    holds non-matching rows is rewritten without the matching ones, but only if it holds a
+    matching row. ``files``: the live files as the transaction sees them so far (the snapshot's,
+    by default).
+    """
+    snapshot = txn.snapshot
+    if snapshot is None:
+        return FILES_SCHEMA.empty_table(), []
+    candidates = txn.filter_files(predicate)  # records the read
+    if files is not None:
+        candidates = snapshot.predicate(predicate).filter(files)
+    if candidates.num_rows == 0:
+        return candidates, []
+    if snapshot.predicate(predicate).matches_partition_only():
+        txn.remove_files(candidates)
+        return candidates, []
+    rows = read_files(spark, snapshot, candidates, with_file_column=True)
+    matches = F.coalesce(F.expr(predicate), F.lit(False))
+    touched = sorted({r[0] for r in rows.filter(matches).select(FILE_COLUMN).distinct().collect()})
+    hit = candidates.filter(pc.is_in(candidates.column("path"), pa.array(touched, pa.string())))
+    if hit.num_rows == 0:
+        return hit, []
+    kept = read_files(spark, snapshot, hit).filter(~matches)
+    adds = write_files(kept, ctx or txn.write_context())
+    txn.add_files(adds)
+    txn.remove_files(hit)
+    return hit, adds
+
+
+def files_table(adds: Sequence[AddFile]) -> pa.Table:
+    """``AddFile`` records as a file table (the ``Snapshot.files()`` layout)."""
+    if not adds:
+        return FILES_SCHEMA.empty_table()
+    return table_from_log_dicts([encode_action(a)["add"] for a in adds], "add")
+
+
+def write(
+    df: DataFrame,
+    uri: str,
+    mode: str = "append",
+    partition_by: Sequence[str] | str | None = None,
+    replace_where: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    merge_schema: bool = False,
+    *,
+    target_file_size: int | None = None,
+) -> CommitResult | None:
+    """Write ``df`` to the table at ``uri`` in one commit; the version committed, or None when
+    nothing was written (``mode="ignore"`` on an existing table, or ``app_version`` already done).
+
+    ``mode``: "append"; "overwrite" replaces every row (or, with ``replace_where``, only rows
+    matching it, and then every written row must match it too); "error" refuses an existing
+    table; "ignore" leaves one alone. A table that does not exist is created with the
+    DataFrame's schema, ``partition_by`` and ``properties``. ``app_id``/``app_version`` make the
+    write idempotent. ``merge_schema`` adds the DataFrame's new columns to the table (nullable).
+    """
+    require_dataframe(df)
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    if replace_where is not None and mode != "overwrite":
+        raise InvalidArgumentError("replace_where needs mode='overwrite'")
+    if (app_id is None) != (app_version is None):
+        raise InvalidArgumentError("app_id and app_version go together")
+    if isinstance(partition_by, str):
+        partition_by = [partition_by]
+    table = Table(uri, storage_options)
+    params: dict[str, Any] = {"mode": mode.capitalize(), "partitionBy": list(partition_by or [])}
+    if replace_where is not None:
+        params["predicate"] = replace_where
+    txn = _start(table, df, mode, partition_by, properties, merge_schema, params)
+    if txn is None:
+        return None
+    with txn:
+        if app_id is not None:
+            assert app_version is not None
+            done = txn.app_transaction_version(app_id)
+            if done is not None and done >= app_version:
+                txn.abort()
+                return None
+            txn.set_app_transaction(app_id, int(app_version))
+        ctx = txn.write_context()
+        check_schema(df, ctx)  # before any file is written, the rewrite of replace_where's too
+        if mode == "overwrite" and txn.snapshot is not None:
+            if replace_where is None:
+                txn.remove_files(txn.read_whole_table())
+            else:
+                remove_where(df.sparkSession, txn, replace_where, ctx=ctx)
+        adds = write_files(df, ctx, target_file_size=target_file_size, require=replace_where)
+        txn.add_files(adds)
+    return txn.result
+
+
+__all__ = ["MODES", "check_schema", "files_table", "remove_where", "write", "write_files"]
+
