@@ -119,8 +119,8 @@ def bench_merge(spark: Any, rows: int, files: int, rounds: int) -> list[str]:
         fresh = iter(table_uris)  # each merge gets an unmerged table
         times, _ = interleaved(
             {
-                "merge": lambda source=source: txnlog_merge(spark, next(fresh), source),
-                "rebuild": lambda source=source: full_rebuild(spark, table_uris[0], rebuilt, source),
+                "merge": lambda source=source, fresh=fresh: txnlog_merge(spark, next(fresh), source),
+                "rebuild": lambda source=source, uri=table_uris[0], rebuilt=rebuilt: full_rebuild(spark, uri, rebuilt, source),
             },
             rounds,
         )
