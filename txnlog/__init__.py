@@ -5,6 +5,7 @@ from txnlog._version import __version__
 from txnlog.errors import TxnLogError
 from txnlog.log.actions import AddFile, DeletionVectorDescriptor, RemoveFile
 from txnlog.log.history import HistoryEntry
+from txnlog.retrying import retry
 from txnlog.snapshot import Snapshot
 from txnlog.table import Table
 from txnlog.txn.hooks import PostCommitContext
@@ -28,4 +29,5 @@ __all__ = [
     "WrittenFiles",
     "__version__",
     "errors",
+    "retry",
 ]

@@ -159,8 +159,11 @@ def read_files(spark: SparkSession, snapshot: Snapshot, files: pa.Table, *, with
         df = df.select("*", *extra)
         if deleted is not None:
             df = df.join(F.broadcast(spark.createDataFrame(deleted)), on=[_KEY, _ROW], how="left_anti")
-        values = parse_partition_values(files, snapshot.schema, partitions, snapshot.configuration)
-        file_rows = values.append_column(_KEY, pa.array(keys, pa.string())).append_column(FILE_COLUMN, files.column("path"))
+        file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path")})
+        if partitions:
+            values = parse_partition_values(files, snapshot.schema, partitions, snapshot.configuration)
+            for name in values.column_names:
+                file_rows = file_rows.append_column(name, values.column(name))
         file_df = spark.createDataFrame(file_rows)
         df = df.join(F.broadcast(file_df), on=_KEY, how="inner")
 

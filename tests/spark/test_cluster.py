@@ -1,0 +1,150 @@
+"""txnlog.spark on a real cluster shape and over Spark Connect.
+
+Each test starts its own Spark processes: a standalone master and two workers (pyspark's own
+``bin/spark-class``), and a local Spark Connect server. A test process holds one SparkContext
+(the session fixture's), so the driver of each run is a child Python process; every Spark process
+is bound to 127.0.0.1 and stopped by its process id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import txnlog
+
+pytestmark = pytest.mark.spark
+
+pyspark = pytest.importorskip("pyspark")
+SPARK_HOME = Path(pyspark.__file__).parent
+REPO = Path(__file__).resolve().parents[2]
+
+# The driver program: a write/read round trip through txnlog.spark, checked by txnlog's core.
+DRIVER = r"""
+import json, sys
+from pyspark.sql import SparkSession
+import txnlog.spark as ts
+
+builder = SparkSession.builder.appName("txnlog-cluster-test")
+mode, target, uri = sys.argv[1], sys.argv[2], sys.argv[3]
+if mode == "connect":
+    builder = builder.remote(target)
+else:
+    builder = builder.master(target).config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+spark = (builder.config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "4")
+         .config("spark.ui.enabled", "false").config("spark.pyspark.python", sys.executable).getOrCreate())
+df = spark.range(0, 5000, numPartitions=4).selectExpr("id", "cast(id % 5 as string) as p", "id * 2 as v")
+version = ts.write(df, uri, partition_by=["p"])
+totals = ts.read(spark, uri).groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
+result = {"kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"]}
+print("RESULT " + json.dumps(result), flush=True)
+spark.stop()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOCAL_HOSTNAME="localhost",
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+        SPARK_HOME=str(SPARK_HOME),
+    )
+    return env
+
+
+def _run_driver(mode: str, target: str, uri: str, tmp_path: Path) -> dict[str, object]:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(script), mode, target, uri], env=_env(), capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"driver failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return dict(json.loads(lines[-1][len("RESULT "):]))
+
+
+def _check(result: dict[str, object], uri: str) -> None:
+    assert result["version"] == 0
+    assert result["count"] == 5000
+    assert result["sum"] == sum(range(5000)) * 2
+    snap = txnlog.Table(uri).snapshot()
+    assert snap.version == 0 and sorted({m[0][1] for m in snap.files().column("partition_values").to_pylist()}) == list("01234")
+
+
+def _wait_for_port(port: int, procs: list[subprocess.Popen[bytes]], log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                pytest.fail(f"a Spark process exited with {p.returncode}:\n{log.read_text()[-4000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    pytest.fail(f"port {port} did not open within {timeout} s:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[str]:
+    """A master and two workers on 127.0.0.1; yields the master URL; stops them by pid."""
+    spark_class = SPARK_HOME / "bin" / "spark-class"
+    if not spark_class.exists():
+        pytest.skip(f"pyspark has no {spark_class}")
+    port, log = _free_port(), tmp_path / "cluster.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    with open(log, "ab") as out:
+        try:
+            procs.append(subprocess.Popen(
+                [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+                 "--webui-port", str(_free_port())],
+                env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            _wait_for_port(port, procs, log)
+            for _ in range(2):
+                procs.append(subprocess.Popen(
+                    [str(spark_class), "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host", "127.0.0.1",
+                     "--cores", "1", "--memory", "1g", "--webui-port", str(_free_port()), "--work-dir", str(tmp_path / "work")],
+                    env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            yield f"spark://127.0.0.1:{port}"
+        finally:
+            for p in reversed(procs):
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGTERM)  # the process group we started: spark-class and its JVM
+            for p in procs:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+
+
+def test_round_trip_on_a_standalone_cluster_with_two_workers(standalone_cluster: str, tmp_path: Path) -> None:
+    uri = str(tmp_path / "table")
+    result = _run_driver("classic", standalone_cluster, uri, tmp_path)
+    assert result["kind"].startswith("pyspark.sql")
+    _check(result, uri)
+    # Both workers ran executors for this application.
+    apps = list((tmp_path / "work").glob("app-*/*"))
+    assert len(apps) >= 2, apps
+
+
+def test_round_trip_over_spark_connect(tmp_path: Path) -> None:
+    pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'txnlog[spark]')")
+    uri = str(tmp_path / "table")
+    result = _run_driver("connect", "local[2]", uri, tmp_path)
+    assert "connect" in str(result["kind"])
+    _check(result, uri)

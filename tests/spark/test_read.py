@@ -1,0 +1,59 @@
+"""txnlog.spark.read: pruning, partition values from the log, path safety."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
+
+import txnlog.spark as ts
+from txnlog.errors import UnsafePathError
+
+pytestmark = pytest.mark.spark
+
+
+def test_predicate_prunes_files_before_spark_and_filters_rows(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    ts.write(spark.range(0, 40).selectExpr("id", "cast(id % 4 as string) as p"), uri, partition_by=["p"])
+    ts.write(spark.range(1000, 1010).selectExpr("id", "'0' as p"), uri)
+    df = ts.read(spark, uri, predicate="p = '0' and id >= 1000")
+    assert len(df.inputFiles()) == 1  # the p=0 file of the second write only: stats and partitions
+    assert sorted(r.id for r in df.collect()) == list(range(1000, 1010))
+
+
+def test_partition_values_come_from_the_log_not_directory_names(spark: Any, log_writer: Any, tmp_table_uri: str) -> None:
+    root = Path(tmp_table_uri)
+    (root / "part=WRONG").mkdir(parents=True)
+    pq.write_table(pa.table({"id": [1, 2]}), root / "part=WRONG" / "a.parquet")
+    (root / "elsewhere").mkdir()
+    pq.write_table(pa.table({"id": [3]}), root / "elsewhere" / "b.parquet")
+    w = log_writer()
+    w.create(partition_columns=("part",))
+    w.commit(1, w.add("part=WRONG/a.parquet", partition_values={"part": "right"}),
+             w.add("elsewhere/b.parquet", partition_values={"part": None}))
+    rows = sorted((r.id, r.part) for r in ts.read(spark, tmp_table_uri).collect())
+    assert rows == [(1, "right"), (2, "right"), (3, None)]
+
+
+@pytest.mark.parametrize("path", ["../outside.parquet", "/etc/passwd", "file:///etc/hosts"])
+def test_a_path_out_of_the_table_root_is_refused_naming_version_and_path(spark: Any, log_writer: Any, tmp_table_uri: str, path: str) -> None:
+    w = log_writer()
+    w.create()
+    w.commit(1, w.add(path))
+    with pytest.raises(UnsafePathError) as info:
+        ts.read(spark, tmp_table_uri)
+    assert info.value.path == path and info.value.version == 1
+    assert path in str(info.value)
+
+
+def test_an_empty_table_reads_as_no_rows_with_its_schema(spark: Any, log_writer: Any, tmp_table_uri: str) -> None:
+    log_writer().create()
+    df = ts.read(spark, tmp_table_uri)
+    assert df.columns == ["id", "part"] and df.count() == 0

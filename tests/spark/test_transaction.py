@@ -1,0 +1,97 @@
+"""txnlog.spark.transaction: commit on exit, abort on an exception, conflicts as txnlog errors,
+copy-on-write delete and update."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
+
+import txnlog
+import txnlog.spark as ts
+from txnlog.errors import ConcurrentAppendError, FileNotLiveError
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.int64())])
+
+
+def _table(spark: Any, tmp_path: Path) -> str:
+    uri = str(tmp_path / "t")
+    ts.write(spark.range(0, 30).selectExpr("id", "cast(id % 3 as string) as p", "id * 10 as v"), uri, partition_by=["p"])
+    return uri
+
+
+def test_commit_on_exit_with_delete_update_and_write_in_one_version(spark: Any, tmp_path: Path) -> None:
+    uri = _table(spark, tmp_path)
+    before = {f for f in txnlog.Table(uri).snapshot().files().column("path").to_pylist()}
+    with ts.transaction(spark, uri, operation="UPDATE") as tx:
+        assert tx.delete("id < 3") == 3  # one file per partition holds a matching row
+        assert tx.update("id = 10", set={"v": "v + 1"}) == 1  # only p=1's rewritten file
+        tx.write(spark.createDataFrame([(100, "9", 0)], "id long, p string, v long"))
+    assert tx.result == 1
+    rows = {r.id: (r.p, r.v) for r in ts.read(spark, uri).collect()}
+    assert sorted(rows) == list(range(3, 30)) + [100]
+    assert rows[10] == ("1", 101) and rows[11] == ("2", 110)
+    after = set(txnlog.Table(uri).snapshot().files().column("path").to_pylist())
+    assert not (before & after)  # every original file held a deleted row
+    assert txnlog.Table(uri).history(1)[0].commit_info.operation == "UPDATE"
+
+
+def test_update_rewrites_only_files_holding_a_matching_row(spark: Any, tmp_path: Path) -> None:
+    uri = _table(spark, tmp_path)
+    files = {m[0][1]: path for path, m in zip(*txnlog.Table(uri).snapshot().files().select(["path", "partition_values"]).to_pydict().values())}
+    with ts.transaction(spark, uri) as tx:
+        # Stats say every p file may hold id = 4 (ranges overlap); only p=1's really does.
+        assert tx.update("id = 4", set={"v": "-1"}) == 1
+    live = set(txnlog.Table(uri).snapshot().files().column("path").to_pylist())
+    assert files["0"] in live and files["2"] in live and files["1"] not in live
+    assert ts.read(spark, uri, predicate="id = 4").collect()[0].v == -1
+
+
+def test_abort_on_exception_leaves_the_table_unchanged(spark: Any, tmp_path: Path) -> None:
+    uri = _table(spark, tmp_path)
+    with pytest.raises(RuntimeError, match="job failed"):
+        with ts.transaction(spark, uri) as tx:
+            tx.delete("p = '1'")
+            tx.write(spark.createDataFrame([(100, "9", 0)], "id long, p string, v long"))
+            raise RuntimeError("job failed")
+    assert txnlog.Table(uri).latest_version() == 0
+    assert ts.read(spark, uri).count() == 30
+
+
+def test_a_concurrent_append_into_what_the_transaction_read_is_a_conflict(spark: Any, tmp_path: Path) -> None:
+    uri = _table(spark, tmp_path)
+    with pytest.raises(ConcurrentAppendError) as info:
+        with ts.transaction(spark, uri) as tx:
+            total = tx.read("p = '1'").groupBy().sum("v").collect()[0][0]
+            tx.overwrite(spark.createDataFrame([(1, "1", total)], "id long, p string, v long"), predicate="p = '1'")
+            txnlog.Table(uri).append(pa.table({"id": [50], "p": ["1"], "v": [5]}, schema=SCHEMA))  # another writer
+    assert info.value.winning_version == 1
+    assert txnlog.Table(uri).latest_version() == 1
+    # An append elsewhere does not conflict.
+    with ts.transaction(spark, uri) as tx:
+        tx.overwrite(spark.createDataFrame([(1, "1", 0)], "id long, p string, v long"), predicate="p = '1'")
+        txnlog.Table(uri).append(pa.table({"id": [51], "p": ["2"], "v": [5]}, schema=SCHEMA))
+    assert tx.result == 3
+    assert sorted(r.id for r in ts.read(spark, uri, predicate="p = '1'").collect()) == [1]
+
+
+def test_files_add_remove_and_write_files(spark: Any, tmp_path: Path) -> None:
+    uri = _table(spark, tmp_path)
+    with ts.transaction(spark, uri, operation="OPTIMIZE") as tx:
+        old = tx.files("p = '2'")
+        assert old.num_rows == 1
+        adds = ts.write_files(tx.read_files(old).coalesce(1), tx.txn.write_context(), data_change=False)
+        tx.add(adds, data_change=False)
+        tx.remove(old.column("path").to_pylist(), data_change=False)
+        with pytest.raises(FileNotLiveError):
+            tx.remove(["no-such-file.parquet"])
+    assert ts.read(spark, uri).count() == 30
+    assert txnlog.Table(uri).history(1)[0].commit_info.operation == "OPTIMIZE"
