@@ -220,11 +220,22 @@ def merge_into(
 
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        aggregates = [F.count(F.lit(1)).alias("n")]
-        for i, (_, source_key) in enumerate(condition.pairs):
-            aggregates += [F.min(F.col(_quote(source_key))).alias(f"lo{i}"), F.max(F.col(_quote(source_key))).alias(f"hi{i}")]
+        key_columns = [F.col(_quote(source_key)) for _, source_key in condition.pairs]
+        all_keys_set = F.lit(True)
+        for column in key_columns:
+            all_keys_set = all_keys_set & column.isNotNull()
+        aggregates = [
+            F.count(F.lit(1)).alias("n"),
+            # Unique keys in the source mean no target row can match twice: the per-row check
+            # (a join and two aggregations) is then skipped.
+            F.count(F.when(all_keys_set, F.lit(1))).alias("keyed"),
+            F.countDistinct(*key_columns).alias("distinct_keys"),
+        ]
+        for i, column in enumerate(key_columns):
+            aggregates += [F.min(column).alias(f"lo{i}"), F.max(column).alias(f"hi{i}")]
         summary = source.agg(*aggregates).collect()[0]
         source_rows = int(summary["n"])
+        unique_keys = int(summary["keyed"]) == int(summary["distinct_keys"])
         if source_rows == 0:
             return MergeMetrics()
         bounds = {s: (summary[f"lo{i}"], summary[f"hi{i}"]) for i, (_, s) in enumerate(condition.pairs)}
@@ -243,7 +254,7 @@ def merge_into(
             target = _read_tagged(spark, snapshot, candidates).alias("t")
             join = F.expr(condition.sql)
             if matched_clause:
-                touched_paths = _matched_files(txn.table.uri, target, s, join, condition)
+                touched_paths = _matched_files(txn.table.uri, target, s, join, condition, check_duplicates=not unique_keys)
                 touched = candidates.filter(pc.is_in(candidates.column("path"), value_set=pa.array(touched_paths, pa.string())))
             if touched.num_rows:
                 touched_target = target.where(F.col(f"t.{FILE_COLUMN}").isin(list(touched.column("path").to_pylist()))).alias("t")
@@ -314,10 +325,15 @@ def _insert_rows(rows: Any, inserts: Mapping[str, str], columns: Sequence[str], 
     )
 
 
-def _matched_files(uri: str, target: Any, source: Any, join: Any, condition: MergeCondition) -> list[str]:
-    """The files holding a matched row; raises DuplicateMatchError if a target row is matched by
-    more than one source row. One Spark job; only file paths come back to the driver."""
+def _matched_files(uri: str, target: Any, source: Any, join: Any, condition: MergeCondition, *, check_duplicates: bool) -> list[str]:
+    """The files holding a matched row; with ``check_duplicates``, raises DuplicateMatchError if
+    a target row is matched by more than one source row. One Spark job; only file paths (and
+    match counts) come back to the driver."""
     from pyspark.sql import functions as F
+
+    if not check_duplicates:
+        matched = target.join(source, join, "left_semi").select(F.col(FILE_COLUMN).alias("file")).distinct()
+        return [r["file"] for r in matched.collect()]
 
     keys = [F.col(f"t.{_quote(t)}").alias(f"k{i}") for i, (t, _) in enumerate(condition.pairs)]
     per_key = (
