@@ -4,9 +4,14 @@ and deletes applied; a second run on the same table ingests the next batches."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
