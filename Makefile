@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 	-command -v npm >/dev/null && npm install --no-save --no-audit --no-fund --silent azurite
 	touch $(STAMP)
 
+# Ingest, compaction and updates run concurrently on local Spark against data/events; a second
+# `make run` ingests the next batches into the same table (`make clean` starts over).
 run: $(STAMP)
-	$(PY) spark_jobs/pipeline.py --table out/events
+	$(PY) spark_jobs/pipeline.py --table data/events
 
 test: $(STAMP)
 	$(PY) -m ruff check txnlog
@@ -34,4 +36,4 @@ docs: $(STAMP)
 	$(PY) -m txnlog.properties > docs/properties.md
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out data .pytest_cache

@@ -1,0 +1,45 @@
+"""What every job shares: the local SparkSession, logging, and exit codes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+#: Exit codes of every job.
+OK = 0
+FAILED = 1  # a txnlog error (bad table, bad predicate, storage): the message names it
+USAGE = 2  # argparse's own code for bad arguments
+CONFLICT = 3  # a conflict that is not safe to retry (or retries ran out)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # The jobs report progress themselves; txnlog's own INFO lines are for --verbose.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def local_session(app_name: str, master: str = "local[2]") -> Any:
+    """The embedded default: a local SparkSession on the loopback address whose Python workers
+    run this interpreter (so they import the same txnlog, pyarrow and fsspec)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,175 @@
+"""MERGE on local Spark: copy-on-write update/delete/insert that rewrites only the files
+holding a matched row, reads only the files the source's key range can touch, refuses
+ambiguous matches, and conflicts with concurrent writers like any transaction."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pyarrow as pa
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
+
+pytest.importorskip("pyspark")
+deltalake = pytest.importorskip("deltalake")
+
+from txnlog import Table  # noqa: E402
+from txnlog.errors import ConcurrentAppendError, ConcurrentDeleteReadError, DuplicateMatchError, InvalidArgumentError  # noqa: E402
+from txnlog.spark.merge import MergeCondition, merge, merge_into  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema([("key", pa.int64()), ("region", pa.string()), ("amount", pa.float64())])
+
+
+def make_table(uri: str, ranges: list[tuple[int, int]], partition_by: tuple[str, ...] = ()) -> Table:
+    """One data file per (lo, hi) range of keys; region EU for even keys, US for odd."""
+    table = Table.create(uri, SCHEMA, partition_by=partition_by)
+    for lo, hi in ranges:
+        keys = list(range(lo, hi))
+        table.append(pa.table({"key": keys, "region": ["EU" if k % 2 == 0 else "US" for k in keys], "amount": [float(k) for k in keys]}, schema=SCHEMA))
+    return table
+
+
+def rows(uri: str) -> dict[int, tuple[str, float]]:
+    """The table as delta-rs (an independent reader) sees it, keyed by key; duplicates fail."""
+    data = deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist()
+    out = {r["key"]: (r["region"], r["amount"]) for r in data}
+    assert len(out) == len(data), "duplicate keys in the table"
+    return out
+
+
+def source(spark, items: list[tuple[int, str, float]]):
+    return spark.createDataFrame(items, "key long, region string, amount double")
+
+
+def test_update_delete_and_insert_rewrite_only_matched_files(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    table = make_table(uri, [(0, 10), (10, 20), (20, 30), (30, 40)])
+    before = table.snapshot()
+    by_range = {tuple(sorted(r for r in range(lo, lo + 10))): p for lo, p in zip((0, 10, 20, 30), before.files().column("path").to_pylist())}
+    paths = list(by_range.values())
+
+    src = spark.createDataFrame(
+        [(12, "EU", 1000.0, False), (14, "EU", 0.0, True), (25, "US", 2500.0, False), (41, "US", 41.0, False), (42, "EU", 42.0, False)],
+        "key long, region string, amount double, gone boolean",
+    )
+    version = merge(
+        spark,
+        uri,
+        src,
+        on="key",
+        when_matched_update={"amount": "s.amount + t.amount"},
+        when_matched_delete="s.gone",
+        when_not_matched_insert={"key": "s.key", "region": "s.region", "amount": "s.amount"},
+    )
+    assert version == before.version + 1
+
+    got = rows(uri)
+    expected = {k: ("EU" if k % 2 == 0 else "US", float(k)) for k in range(40)}
+    expected[12] = ("EU", 1012.0)
+    del expected[14]
+    expected[25] = ("US", 2525.0)
+    expected[41] = ("US", 41.0)
+    expected[42] = ("EU", 42.0)
+    assert got == expected
+
+    after = table.snapshot()
+    live = set(after.files().column("path").to_pylist())
+    # Files 0-9 and 30-39 held no matched row: untouched. 10-19 and 20-29 were rewritten.
+    assert paths[0] in live and paths[3] in live
+    assert paths[1] not in live and paths[2] not in live
+    entry = table.history(limit=1)[0]
+    assert entry.commit_info.operation == "MERGE"
+    metrics = entry.commit_info.operation_metrics
+    # The key range 12..42 excludes the file of keys 0..9: only three files were read.
+    assert metrics["numTargetFilesScanned"] == "3"
+    assert metrics["numTargetFilesRemoved"] == "2"
+
+
+def test_reads_exactly_the_files_the_key_range_can_touch(spark, tmp_path):
+    """The transaction records as read exactly the files whose stats overlap the source's key
+    range: a concurrent delete of another file does not conflict, a delete of a read file does."""
+    uri = str(tmp_path / "t")
+    table = make_table(uri, [(0, 10), (10, 20), (20, 30), (30, 40)])
+    files = table.snapshot().files()
+    path_of = dict(zip((0, 10, 20, 30), files.column("path").to_pylist()))
+
+    txn = table.transaction("MERGE")
+    merge_into(txn, spark, source(spark, [(15, "US", 1.0), (22, "EU", 2.0)]), "key", when_matched_update="*")
+    read_paths = set(txn.read_predicates[0].filter(files).column("path").to_pylist())
+    assert read_paths == {path_of[10], path_of[20]}
+
+    # A concurrent writer removes the untouched file of keys 30..39: no conflict.
+    with table.transaction("DELETE") as other:
+        other.remove_files(other.filter_files("key >= 30"))
+    # And appends rows outside the merge's key range: no conflict either.
+    table.append(pa.table({"key": [100], "region": ["EU"], "amount": [1.0]}, schema=SCHEMA))
+    txn.commit()
+    got = rows(uri)
+    assert got[15] == ("US", 1.0) and got[22] == ("EU", 2.0)
+    assert 35 not in got and 100 in got and len(got) == 31
+
+
+def test_concurrent_writer_on_a_read_file_conflicts(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    table = make_table(uri, [(0, 10), (10, 20)])
+    txn = table.transaction("MERGE")
+    merge_into(txn, spark, source(spark, [(5, "EU", 0.5)]), "key", when_matched_update="*")
+    with table.transaction("DELETE") as other:
+        other.remove_files(other.filter_files("key < 10"))
+    with pytest.raises(ConcurrentDeleteReadError) as err:
+        txn.commit()
+    assert err.value.winning_operation == "DELETE"
+
+    # A concurrent append of a row inside the key range the merge read is a conflict too.
+    txn = table.transaction("MERGE")
+    merge_into(txn, spark, source(spark, [(12, "EU", 0.5)]), "key", when_matched_update="*", when_not_matched_insert="*")
+    with table.transaction("WRITE") as other:  # not blind: it read the table first
+        other.filter_files("key = 12")
+        other.write(pa.table({"key": [12], "region": ["US"], "amount": [13.5]}, schema=SCHEMA))
+    with pytest.raises(ConcurrentAppendError):
+        txn.commit()
+    assert sorted(r["amount"] for r in deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist() if r["key"] == 12) == [12.0, 13.5]
+
+
+def test_source_row_matching_a_target_row_twice_is_refused(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    table = make_table(uri, [(0, 10)])
+    before = table.latest_version()
+    src = source(spark, [(3, "EU", 1.0), (3, "US", 2.0), (4, "EU", 9.0)])
+    with pytest.raises(DuplicateMatchError) as err:
+        merge(spark, uri, src, on="t.key = s.key", when_matched_update="*")
+    assert err.value.key == {"key": 3} and err.value.source_rows == 2
+    assert "deduplicate the source" in str(err.value)
+    assert table.latest_version() == before
+    # Insert-only merges do not need a unique match (Delta agrees).
+    assert merge(spark, uri, source(spark, [(50, "EU", 1.0), (50, "EU", 1.0)]), on="key", when_not_matched_insert="*") == before + 1
+
+
+def test_partitioned_target_and_composite_keys(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    table = make_table(uri, [(0, 6), (6, 12)], partition_by=("region",))
+    assert table.snapshot().num_files == 4
+    src = source(spark, [(2, "EU", -2.0), (3, "EU", -3.0)])  # key 3 is US in the table: no match
+    merge(spark, uri, src, on=["key", "region"], when_matched_update="*", when_not_matched_insert="*")
+    got = deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist()
+    assert sorted((r["key"], r["region"], r["amount"]) for r in got if r["key"] in (2, 3)) == [(2, "EU", -2.0), (3, "EU", -3.0), (3, "US", 3.0)]
+    assert len(got) == 13
+    # Only the EU file of keys 0..5 was rewritten; the US files and the other EU file stay.
+    removed = table.history(limit=1)[0].commit_info.operation_metrics["numTargetFilesRemoved"]
+    assert removed == "1"
+
+
+def test_bad_arguments_name_the_problem(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    make_table(uri, [(0, 3)])
+    with pytest.raises(InvalidArgumentError, match="not a column of the target"):
+        merge(spark, uri, source(spark, [(1, "EU", 1.0)]), on="key", when_matched_update={"nope": "s.amount"})
+    with pytest.raises(InvalidArgumentError, match="equality between a target and a source column"):
+        MergeCondition.parse("t.key > s.key")
+    with pytest.raises(InvalidArgumentError, match="not a column of the source"):
+        merge(spark, uri, source(spark, [(1, "EU", 1.0)]), on="id", when_matched_update="*")
+    assert MergeCondition.parse("t.a = s.b AND t.c = 'x'").pairs == (("a", "b"),)

@@ -1,0 +1,157 @@
+"""OPTIMIZE on local Spark: bin-packing committed with dataChange=false, rows unchanged,
+limited to the partitions a predicate names, and safe under races: a concurrent append only
+costs a commit retry, a concurrent delete of a file being compacted makes it re-plan."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import orjson
+import pyarrow as pa
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
+
+pytest.importorskip("pyspark")
+deltalake = pytest.importorskip("deltalake")
+
+from txnlog import Table  # noqa: E402
+from txnlog.errors import InvalidPredicateError  # noqa: E402
+from txnlog.log.filenames import commit_path  # noqa: E402
+from txnlog.spark.optimize import optimize, plan_bins  # noqa: E402
+from txnlog.storage import open_store  # noqa: E402
+from txnlog.testing import FaultInjectingStore  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("amount", pa.float64())])
+
+
+def small_files(uri: str, days: list[str], per_day: int, rows: int = 5) -> Table:
+    """``per_day`` appends of ``rows`` rows per day: one small file each."""
+    table = Table.create(uri, SCHEMA, partition_by=["day"])
+    next_id = 0
+    for _ in range(per_day):
+        for day in days:
+            ids = list(range(next_id, next_id + rows))
+            next_id += rows
+            table.append(pa.table({"id": ids, "day": [day] * rows, "amount": [i / 4 for i in ids]}, schema=SCHEMA))
+    return table
+
+
+def table_rows(uri: str) -> list[tuple]:
+    data = deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist()
+    return sorted((r["id"], r["day"], r["amount"]) for r in data)
+
+
+def commit_actions(table: Table, version: int) -> list[dict]:
+    return [orjson.loads(line) for line in table.store.read(commit_path(version)).splitlines() if line.strip()]
+
+
+class HookedStore(FaultInjectingStore):
+    """A store that runs ``before`` once, just before the next commit file is put: another
+    writer's commit lands between this writer's planning and its commit."""
+
+    def __init__(self, uri: str, before: Callable[[], None]) -> None:
+        super().__init__(open_store(uri))
+        self.before: Callable[[], None] | None = before
+
+    def put_if_absent(self, path: str, data: bytes) -> None:
+        if path.startswith("_delta_log/") and path.endswith(".json") and self.before is not None:
+            before, self.before = self.before, None
+            before()
+        super().put_if_absent(path, data)
+
+
+def test_plan_bins_packs_small_files_per_partition():
+    files = pa.table(
+        {
+            "path": [f"f{i}" for i in range(6)],
+            "partition_values": pa.array([[("d", "1")]] * 4 + [[("d", "2")]] * 2, pa.map_(pa.string(), pa.string())),
+            "size": [10, 20, 30, 500, 40, 45],
+        }
+    )
+    bins = plan_bins(files, target_file_size=60)
+    # Day 1: 10+20+30 fits 60; the 500-byte file is already big enough. Day 2: 40+45 > 60.
+    assert [b.column("path").to_pylist() for b in bins] == [["f0", "f1", "f2"]]
+    assert [b.column("path").to_pylist() for b in plan_bins(files, target_file_size=100)] == [["f0", "f1", "f2"], ["f4", "f5"]]
+
+
+def test_compacts_with_data_change_false_and_rows_unchanged(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    table = small_files(uri, ["2024-01-01", "2024-01-02"], per_day=4)
+    before_rows = table_rows(uri)
+    before = table.snapshot()
+    assert before.num_files == 8
+
+    result = optimize(spark, uri, target_file_size=1 << 20)
+    assert result.version == before.version + 1
+    assert (result.files_removed, result.files_added, result.partitions_optimized, result.attempts) == (8, 2, 2, 1)
+
+    actions = commit_actions(table, result.version)
+    adds = [a["add"] for a in actions if "add" in a]
+    removes = [a["remove"] for a in actions if "remove" in a]
+    assert len(adds) == 2 and len(removes) == 8
+    assert all(a["dataChange"] is False for a in adds + removes)
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert info["operation"] == "OPTIMIZE" and info["isolationLevel"] == "SnapshotIsolation"
+    assert table_rows(uri) == before_rows
+    # Nothing left to do: a second run commits nothing.
+    assert optimize(spark, uri, target_file_size=1 << 20).version is None
+
+
+def test_predicate_limits_compaction_to_old_partitions(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    table = small_files(uri, ["2024-01-01", "2024-01-02", "2024-01-03"], per_day=3)
+    fresh = set(table.snapshot().files("day = '2024-01-03'").column("path").to_pylist())
+    result = optimize(spark, uri, predicate="day < '2024-01-03'", target_file_size=1 << 20)
+    assert (result.files_removed, result.files_added) == (6, 2)
+    live = table.snapshot().files()
+    assert fresh <= set(live.column("path").to_pylist())  # the fresh partition was not touched
+    assert live.num_rows == 5
+    with pytest.raises(InvalidPredicateError, match="partition columns only"):
+        optimize(spark, uri, predicate="id < 3")
+
+
+def test_concurrent_append_costs_a_retry_not_a_replan(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    small_files(uri, ["2024-01-01"], per_day=3)
+    appended: list[str] = []
+
+    def append() -> None:
+        other = Table(uri)
+        other.append(pa.table({"id": [1000], "day": ["2024-01-01"], "amount": [1.0]}, schema=SCHEMA))
+        appended.extend(other.snapshot().files("id = 1000").column("path").to_pylist())
+
+    expected = table_rows(uri) + [(1000, "2024-01-01", 1.0)]
+    hooked = Table(uri, store=HookedStore(uri, append))
+    result = optimize(spark, hooked, target_file_size=1 << 20)
+    assert result.attempts == 1 and result.conflicts == ()
+    assert result.version.attempts == 2  # lost the race for one version, then committed after the append
+    live = set(Table(uri).snapshot().files().column("path").to_pylist())
+    assert appended and appended[0] in live  # the appended file is not compacted away
+    assert len(live) == 2
+    assert table_rows(uri) == sorted(expected)
+
+
+def test_concurrent_delete_of_a_compacted_file_makes_it_replan(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    small_files(uri, ["2024-01-01"], per_day=4)
+
+    def delete_rows() -> None:
+        """Copy-on-write DELETE of ids 0..2 (in the first file): the file is replaced."""
+        other = Table(uri)
+        with other.transaction("DELETE") as txn:
+            files = txn.filter_files("id < 3")
+            txn.remove_files(files)
+            txn.write(pa.table({"id": [3, 4], "day": ["2024-01-01"] * 2, "amount": [0.75, 1.0]}, schema=SCHEMA))
+
+    expected = [r for r in table_rows(uri) if r[0] >= 3]
+    hooked = Table(uri, store=HookedStore(uri, delete_rows))
+    result = optimize(spark, hooked, target_file_size=1 << 20)
+    assert result.attempts == 2 and len(result.conflicts) == 1
+    assert "DELETE" in result.conflicts[0]
+    assert table_rows(uri) == expected  # the deleted rows did not come back
+    assert Table(uri).snapshot().num_files == 1

@@ -1,0 +1,207 @@
+"""OPTIMIZE on Spark: bin-packing compaction committed with ``dataChange=false``.
+
+Small files of one partition are packed into bins of about the target file size; Spark
+executors read each bin and write it back as fewer, larger files; the driver commits the
+removes and adds in one transaction whose file actions all say ``dataChange=false``, so it runs
+at SnapshotIsolation and concurrent appends never fail it.
+
+Compaction changes no row, so redoing it is always safe: when a concurrent commit wins a
+conflict (it deleted or rewrote a file being compacted, or changed the metadata), the plan is
+thrown away and made again from the new snapshot, up to ``max_attempts`` times. Files written by
+a discarded attempt stay for vacuum.
+
+``predicate`` may name partition columns only (as Delta's ``OPTIMIZE ... WHERE``): keep
+compaction on old partitions, away from the ones a stream is still writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from txnlog import properties as props
+from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
+from txnlog.snapshot import Snapshot
+from txnlog.table import Table
+from txnlog.txn.transaction import CommitResult, OptimisticTransaction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    """What one ``optimize`` call did. ``version`` is None when there was nothing to compact."""
+
+    version: CommitResult | None
+    files_removed: int = 0
+    files_added: int = 0
+    bytes_removed: int = 0
+    partitions_optimized: int = 0
+    #: plans made (1 + the number of conflicts that made it re-plan)
+    attempts: int = 1
+    #: the conflicts that made it re-plan, as their messages
+    conflicts: tuple[str, ...] = field(default_factory=tuple)
+
+
+def plan_bins(files: pa.Table, target_file_size: int, *, min_files: int = 2) -> list[pa.Table]:
+    """Group ``files`` (rows of ``Snapshot.files()``) into bins worth compacting.
+
+    Within each partition, files smaller than ``target_file_size`` are taken in size order and
+    packed into bins whose total stays within the target; a bin is kept if it holds at least
+    ``min_files`` files, or a single file with a deletion vector (rewriting it purges the
+    deleted rows).
+    """
+    if target_file_size <= 0:
+        raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
+    if not files.num_rows:
+        return []
+    small = files.filter(pc.less(files.column("size"), target_file_size))
+    if not small.num_rows:
+        return []
+    sizes = small.column("size").to_pylist()
+    has_dv = pc.is_valid(small.column("deletion_vector")).to_pylist() if "deletion_vector" in small.column_names else [False] * small.num_rows
+    by_partition: dict[tuple[tuple[str, Any], ...], list[int]] = {}
+    for i, key in enumerate(_partition_keys(small)):
+        by_partition.setdefault(key, []).append(i)
+    bins: list[list[int]] = []
+    for key in sorted(by_partition, key=lambda k: [(n, "" if v is None else str(v)) for n, v in k]):
+        current: list[int] = []
+        total = 0
+        for i in sorted(by_partition[key], key=lambda j: (sizes[j], j)):
+            if current and total + sizes[i] > target_file_size:
+                bins.append(current)
+                current, total = [], 0
+            current.append(i)
+            total += sizes[i]
+        if current:
+            bins.append(current)
+    kept = [b for b in bins if len(b) >= min_files or (len(b) == 1 and has_dv[b[0]])]
+    return [small.take(pa.array(b, pa.int64())) for b in kept]
+
+
+def _partition_keys(files: pa.Table) -> list[tuple[tuple[str, Any], ...]]:
+    return [tuple(sorted((pv or {}).items())) for pv in files.column("partition_values").to_pylist(maps_as_pydicts="strict")]
+
+
+def _check_predicate(snapshot: Snapshot, predicate: str | None) -> None:
+    if predicate is None:
+        return
+    parsed = snapshot.predicate(predicate)
+    if not parsed.matches_partition_only():
+        others = sorted(parsed.columns - set(parsed.partition_columns))
+        raise InvalidPredicateError(
+            f"optimize predicate {predicate!r} on {snapshot.uri} may name partition columns only "
+            f"({list(snapshot.partition_columns) or 'the table is not partitioned'}); it names {others}",
+            predicate=predicate,
+        )
+
+
+def _open(uri: str | Table, storage_options: Mapping[str, Any] | None) -> Table:
+    if isinstance(uri, Table):
+        return uri
+    return Table(uri, storage_options)
+
+
+def optimize(
+    spark: Any,
+    uri: str | Table,
+    predicate: str | None = None,
+    target_file_size: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    min_files: int = 2,
+    max_attempts: int = 5,
+) -> OptimizeResult:
+    """Compact the small files of the partitions ``predicate`` selects (all when None).
+
+    ``uri`` is a table URI or an open :class:`txnlog.Table`. ``target_file_size`` defaults to
+    the table's ``delta.targetFileSize``. Returns an :class:`OptimizeResult`; raises the last
+    ``CommitConflictError`` if every one of ``max_attempts`` plans lost to a conflicting commit.
+    """
+    from txnlog.spark.reader import read_files
+    from txnlog.spark.writer import write_files
+    from txnlog.write.context import WriteContext
+
+    if max_attempts < 1:
+        raise InvalidArgumentError(f"max_attempts must be at least 1, got {max_attempts}")
+    table = _open(uri, storage_options)
+    conflicts: list[str] = []
+    for attempt in range(1, max_attempts + 1):
+        snapshot = table.snapshot()
+        _check_predicate(snapshot, predicate)
+        target = target_file_size if target_file_size is not None else props.TARGET_FILE_SIZE.get(snapshot.configuration)
+        bins = plan_bins(snapshot.files(predicate), target, min_files=min_files)
+        if not bins:
+            log.info("optimize %s at version %d: nothing to compact", table.uri, snapshot.version)
+            return OptimizeResult(None, attempts=attempt, conflicts=tuple(conflicts))
+        inputs = pa.concat_tables(bins)
+        started = time.monotonic()
+        txn = OptimisticTransaction(
+            table,
+            snapshot,
+            operation="OPTIMIZE",
+            operation_parameters={"predicate": [predicate] if predicate else [], "targetFileSize": target},
+            on_commit=None,
+        )
+        try:
+            ctx = WriteContext.for_snapshot(snapshot, storage_options=table.storage_options, target_file_size=target)
+            df = read_files(spark, snapshot, inputs)
+            # All rows of a partition in one task, so each comes back as files of about the
+            # target size (not one file per input task).
+            partition_columns = list(snapshot.partition_columns)
+            df = df.repartition(len(bins), *partition_columns) if partition_columns else df.coalesce(len(bins))
+            adds = write_files(df, ctx, target_file_size=target, data_change=False)
+            txn.remove_files(inputs, data_change=False)
+            txn.add_files(adds, data_change=False)
+            txn.set_operation_metrics(
+                numRemovedFiles=inputs.num_rows,
+                numAddedFiles=len(adds),
+                numRemovedBytes=int(pc.sum(inputs.column("size")).as_py() or 0),
+                numAddedBytes=sum(a.size for a in adds),
+                numBins=len(bins),
+            )
+            version = txn.commit()
+        except CommitConflictError as conflict:
+            txn.abort()
+            conflicts.append(str(conflict))
+            log.warning(
+                "optimize %s: attempt %d lost to %s; re-planning from the new snapshot",
+                table.uri,
+                attempt,
+                conflict,
+            )
+            if attempt == max_attempts:
+                raise
+            continue
+        except BaseException:
+            txn.abort()
+            raise
+        partitions = set(_partition_keys(inputs))
+        log.info(
+            "optimize %s: version %d, %d files -> %d in %.1fs",
+            table.uri,
+            version,
+            inputs.num_rows,
+            len(adds),
+            time.monotonic() - started,
+        )
+        return OptimizeResult(
+            version,
+            files_removed=inputs.num_rows,
+            files_added=len(adds),
+            bytes_removed=int(pc.sum(inputs.column("size")).as_py() or 0),
+            partitions_optimized=len(partitions),
+            attempts=attempt,
+            conflicts=tuple(conflicts),
+        )
+    raise CommitFailedError(f"optimize {table.uri}: no attempt left", attempts=max_attempts)  # pragma: no cover - loop returns or raises
+
+
+__all__ = ["OptimizeResult", "optimize", "plan_bins"]
+
