@@ -55,7 +55,7 @@ def retry(
             return fn()
         except on as e:
             if attempt == attempts:
-                e.add_note(f"txnlog.retry: gave up after {attempts} attempt(s)")
+                e.add_note(f"gave up after {attempts} attempt(s) of txnlog.retry")
                 raise
             wait = random.uniform(0, min(max_backoff, backoff * 2 ** (attempt - 1)))
             log.info("attempt %d of %d failed with %s; retrying in %.3f s", attempt, attempts, type(e).__name__, wait)

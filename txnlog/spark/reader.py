@@ -29,6 +29,7 @@ from txnlog.errors import TxnLogError
 from txnlog.file_facts import is_column_mapped, parse_partition_values
 from txnlog.log.codec import decode_dv
 from txnlog.log.deletion_vectors import DeletionVectorError, read_deletion_vector
+from txnlog.properties import PHYSICAL_NAME_KEY
 from txnlog.spark._common import hadoop_path, path_key, spark_path_key, spark_schema_of
 from txnlog.table import Table, Timestamp
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 FILE_COLUMN = "_txnlog_file"
 _KEY = "_txnlog_key"
 _ROW = "_txnlog_row"
-_MAPPING_NAME = "delta.columnMapping.physicalName"
+_MAPPING_NAME = PHYSICAL_NAME_KEY
 
 
 def read(
