@@ -79,6 +79,8 @@ def main() -> int:
             print(f"VIOLATION {name}: {line}")
         for line in result.maintenance_errors[:5]:
             print(f"maintenance {name}: {line}")
+        for line in result.hook_failures[:5]:
+            print(f"post-commit hook failure {name}: {line}")
         for line in result.failures[:5]:
             print(f"failed commit {name}: {line}")
     if args.json:

@@ -62,6 +62,8 @@ class LoadResult:
     maintenance_runs: dict[str, int] = field(default_factory=dict)
     maintenance_errors: list[str] = field(default_factory=list)
     final_rows: int = 0
+    #: Post-commit hooks (the writers' checkpoints) that failed; they never fail a commit.
+    hook_failures: list[str] = field(default_factory=list)
     #: The errors of failed or conflicting commits (not violations: reported, not acknowledged).
     failures: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -92,6 +94,7 @@ class LoadResult:
             "readerSnapshots": self.reader_snapshots,
             "maintenanceRuns": self.maintenance_runs,
             "maintenanceErrors": len(self.maintenance_errors),
+            "hookFailures": len(self.hook_failures),
             "finalRows": self.final_rows,
             "violations": len(self.violations),
         }
@@ -119,7 +122,8 @@ def _txnlog_writer(config: LoadConfig, index: int, barrier: Any, out: Any) -> No
             started = time.perf_counter()
             try:
                 result = table.append(rows_for(ident, f"txnlog-{index}"))
-                records.append(("ok", ident, int(result), result.attempts, time.perf_counter() - started))
+                elapsed = time.perf_counter() - started
+                records.append(("ok", ident, int(result), result.attempts, elapsed, *map(repr, result.hook_failures)))
             except CommitConflictError as e:
                 records.append(("conflict", ident, None, e.attempts, time.perf_counter() - started, repr(e)))
             except TxnLogError as e:
@@ -299,6 +303,7 @@ def run_load(config: LoadConfig) -> LoadResult:
                 attempted.add(ident)
                 if status == "ok":
                     acknowledged[ident] += 1
+                    result.hook_failures += detail
                     if kind == "txnlog":
                         result.committed += 1
                         result.retries += attempts - 1
