@@ -12,6 +12,8 @@ Scenarios (each with 2 readers, a checkpointer, an expirer and a vacuum running 
   (a temp file, then a rename that refuses to replace), so both libraries race safely;
 - ``s3``: 4 txnlog writers x 500 commits on moto's S3 server on 127.0.0.1 (``--s3-commits``).
 
+The vacuum's retention (1 h, forced) must exceed the slowest commit: see tests/reliability/load.py.
+
 Every append writes one id into two partitions (two files). The run is judged as
 tests/reliability/load.py says: every reported success exactly once in the final table, read by
 txnlog and deltalake; no reader saw a torn, doubled or backward snapshot; validate passes. The
@@ -55,15 +57,22 @@ def main() -> int:
     only = set(args.only or ["local", "mixed", "s3"])
     work = Path(tempfile.mkdtemp(prefix="txnlog-load-"))
     results: dict[str, LoadResult] = {}
+    def done(name: str, result: LoadResult) -> None:
+        # Printed as each scenario ends: a later one failing must not lose the earlier figures.
+        results[name] = result
+        print(f"{name}: {json.dumps(result.summary())}", file=sys.stderr, flush=True)
+        if args.json:
+            args.json.write_text(json.dumps({k: v.summary() for k, v in results.items()}, indent=1))
+
     if "local" in only:
-        results["local"] = run_load(LoadConfig(uri=str(work / "local"), txnlog_writers=8, commits=commits))
+        done("local", run_load(LoadConfig(uri=str(work / "local"), txnlog_writers=8, commits=commits)))
     if "mixed" in only:
-        results["mixed"] = run_load(LoadConfig(uri=str(work / "mixed"), txnlog_writers=4, deltalake_writers=2, commits=commits))
+        done("mixed", run_load(LoadConfig(uri=str(work / "mixed"), txnlog_writers=4, deltalake_writers=2, commits=commits)))
     if "s3" in only:
         server, options = moto_server()
         try:
             uri = new_bucket(options, f"load-{uuid.uuid4().hex[:12]}")
-            results["s3"] = run_load(LoadConfig(uri=uri, storage_options=options, txnlog_writers=4, commits=s3_commits))
+            done("s3", run_load(LoadConfig(uri=uri, storage_options=options, txnlog_writers=4, commits=s3_commits)))
         finally:
             server.stop()
 
@@ -79,10 +88,10 @@ def main() -> int:
             print(f"VIOLATION {name}: {line}")
         for line in result.maintenance_errors[:5]:
             print(f"maintenance {name}: {line}")
+        for line in result.hook_failures[:5]:
+            print(f"post-commit hook failure {name}: {line}")
         for line in result.failures[:5]:
             print(f"failed commit {name}: {line}")
-    if args.json:
-        args.json.write_text(json.dumps({k: v.summary() for k, v in results.items()}, indent=1))
     return 1 if bad else 0
 
 

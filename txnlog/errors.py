@@ -33,9 +33,10 @@ def _rebuild_error(cls: type[TxnLogError], args: tuple[Any, ...], state: dict[st
 
 @contextlib.contextmanager
 def operation_context(operation: str, uri: str, *, version: int | None = None) -> Iterator[None]:
-    """Name ``operation``, the table and ``version`` in any TxnLogError raised inside (the
-    innermost operation wins), so that a store error deep in a maintenance run says what it
-    was part of. The error keeps its class and its other facts."""
+    """Set ``operation`` (and ``version``) on any TxnLogError raised inside (the innermost
+    operation wins), and name them with the table in the message of a store or log error, so
+    that a failure deep in a maintenance run says what it was part of. The error keeps its
+    class and its other facts."""
     try:
         yield
     except TxnLogError as e:
@@ -43,8 +44,9 @@ def operation_context(operation: str, uri: str, *, version: int | None = None) -
             e.operation = operation
             if version is not None and getattr(e, "version", None) is None:
                 setattr(e, "version", version)  # noqa: B010  (not every error class declares it)
-            # A message that already names the table (a refusal) needs no prefix.
-            if e.args and isinstance(e.args[0], str) and uri not in e.args[0]:
+            # Errors from the layers below (a store, the log) do not know what they were part
+            # of; the operation's own errors (a refused retention...) already say it.
+            if isinstance(e, (StorageError, LogCorruptError, VersionNotFoundError)) and e.args and isinstance(e.args[0], str):
                 at = f" at version {version}" if version is not None else ""
                 e.args = (f"{operation} of {uri}{at}: {e.args[0]}", *e.args[1:])
         raise
@@ -270,18 +272,6 @@ class ConcurrentDeleteReadError(CommitConflictError):
 
 class ConcurrentDeleteDeleteError(CommitConflictError):
     """The winner removed a file this transaction also removes."""
-
-
-class DuplicateMatchError(TxnLogError):
-    """A MERGE found a target row matched by more than one source row, so which source row
-    updates or deletes it is ambiguous (Delta refuses the same). ``uri`` names the table,
-    ``key`` one ambiguous key (column -> value) and ``source_rows`` how many source rows match it."""
-
-    def __init__(self, message: str, *, uri: str, key: dict[str, Any], source_rows: int) -> None:
-        super().__init__(message)
-        self.uri = uri
-        self.key = key
-        self.source_rows = source_rows
 
 
 # --- maintenance -----------------------------------------------------------------------------

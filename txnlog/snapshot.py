@@ -153,7 +153,13 @@ class Snapshot:
 
     def tombstones(self) -> pa.Table:
         """Removed files not live again (the columns of ``TOMBSTONES_SCHEMA``), for vacuum."""
-        return self._state.tombstones()
+        try:
+            return self._state.tombstones()
+        except CorruptCheckpointError as e:
+            # As in checkpoint(): the checkpoint the tombstones were to come from is gone.
+            log.warning("%s: rebuilding version %d to list its tombstones (%s)", self.uri, self.version, e)
+            self._state = load_state(self.store, self.version)
+            return self._state.tombstones()
 
     def app_transaction_version(self, app_id: str) -> int | None:
         txn = self._state.app_transactions.get(app_id)
@@ -174,7 +180,14 @@ class Snapshot:
     def checkpoint(self, *, now_ms: int | None = None) -> CheckpointResult:
         """Write a checkpoint of this version (see :func:`txnlog.log.checkpoint_writer.write_checkpoint`)."""
         with operation_context("checkpoint", self.uri, version=self.version):
-            return write_checkpoint(self.store, self._state, now_ms=now_ms)
+            try:
+                return write_checkpoint(self.store, self._state, now_ms=now_ms)
+            except CorruptCheckpointError as e:
+                # The state reads its tombstones lazily from the checkpoint it was built on, which
+                # log expiry may have deleted since: rebuild this version from the log as it is now.
+                log.warning("%s: rebuilding version %d to checkpoint it (%s)", self.uri, self.version, e)
+                self._state = load_state(self.store, self.version)
+                return write_checkpoint(self.store, self._state, now_ms=now_ms)
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.store, state, table=self.table, allow_absolute_paths=self.allow_absolute_paths)

@@ -46,6 +46,8 @@ class LoadConfig:
     maintenance_every_s: float = 0.5
     #: Versions the expirer keeps (older ones are expired at once, whatever their age).
     retain_versions: int = 60
+    #: The vacuum's retention: longer than the slowest commit (data file written to commit).
+    vacuum_retention: str = "1h"
 
 
 @dataclass
@@ -62,6 +64,8 @@ class LoadResult:
     maintenance_runs: dict[str, int] = field(default_factory=dict)
     maintenance_errors: list[str] = field(default_factory=list)
     final_rows: int = 0
+    #: Post-commit hooks (the writers' checkpoints) that failed; they never fail a commit.
+    hook_failures: list[str] = field(default_factory=list)
     #: The errors of failed or conflicting commits (not violations: reported, not acknowledged).
     failures: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -87,11 +91,13 @@ class LoadResult:
             "commitsPerSecond": round(self.commits_per_s, 1),
             "p50Ms": round(self.percentile_ms(50), 1),
             "p99Ms": round(self.percentile_ms(99), 1),
+            "maxMs": round(max(self.latencies_ms, default=0.0), 1),
             "conflicts": self.conflicts,
             "retries": self.retries,
             "readerSnapshots": self.reader_snapshots,
             "maintenanceRuns": self.maintenance_runs,
             "maintenanceErrors": len(self.maintenance_errors),
+            "hookFailures": len(self.hook_failures),
             "finalRows": self.final_rows,
             "violations": len(self.violations),
         }
@@ -119,7 +125,8 @@ def _txnlog_writer(config: LoadConfig, index: int, barrier: Any, out: Any) -> No
             started = time.perf_counter()
             try:
                 result = table.append(rows_for(ident, f"txnlog-{index}"))
-                records.append(("ok", ident, int(result), result.attempts, time.perf_counter() - started))
+                elapsed = time.perf_counter() - started
+                records.append(("ok", ident, int(result), result.attempts, elapsed, *map(repr, result.hook_failures)))
             except CommitConflictError as e:
                 records.append(("conflict", ident, None, e.attempts, time.perf_counter() - started, repr(e)))
             except TxnLogError as e:
@@ -205,8 +212,11 @@ def _maintainer(config: LoadConfig, kind: str, stop: Any, out: Any) -> None:
                 elif kind == "expire":
                     expire(table, retain_min=config.retain_versions, older_than=0, limit=1000)
                 else:
-                    # Below the 7-day default (hence force): in-flight data files are seconds old.
-                    vacuum(table, retention="120s", force=True)
+                    # Below the 7-day default (hence force), but longer than any commit of a run:
+                    # a retention shorter than a transaction deletes its data files before it
+                    # commits them (the hazard RetentionCheckError guards against). A 120 s
+                    # retention did exactly that in an S3 run on an overloaded machine.
+                    vacuum(table, retention=config.vacuum_retention, force=True)
                 runs += 1
             except txnlog.errors.CommitConflictError as e:
                 errors.append(f"{kind}: conflict {e!r}")  # vacuum's commits may lose a race: fine
@@ -299,6 +309,7 @@ def run_load(config: LoadConfig) -> LoadResult:
                 attempted.add(ident)
                 if status == "ok":
                     acknowledged[ident] += 1
+                    result.hook_failures += detail
                     if kind == "txnlog":
                         result.committed += 1
                         result.retries += attempts - 1
@@ -324,7 +335,11 @@ def run_load(config: LoadConfig) -> LoadResult:
         if kind == "reader":
             _check_reader_counts(payload["seen"], versions, result, final=True)
 
-    ours, theirs = _final_ids(config)
+    try:
+        ours, theirs = _final_ids(config)
+    except Exception as e:  # a live file missing is a violation to report, not a crash
+        result.violations.append(f"the final table cannot be read: {e!r}")
+        return result
     result.final_rows = len(ours)
     if ours != theirs:
         result.violations.append(f"txnlog and deltalake read different rows ({len(ours)} vs {len(theirs)})")

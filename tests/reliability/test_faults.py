@@ -20,8 +20,8 @@ import pytest
 
 import txnlog
 from txnlog.errors import CommitConflictError, CommitFailedError, StorageError, TxnLogError
-from txnlog.log.filenames import LAST_CHECKPOINT, classic_checkpoint_path
-from txnlog.maintenance import checkpoint, validate
+from txnlog.log.filenames import LAST_CHECKPOINT, classic_checkpoint_path, commit_path
+from txnlog.maintenance import checkpoint, expire, validate
 from txnlog.storage import open_store
 from txnlog.testing import FaultInjectingStore
 from txnlog.txn.committer import STORE_ERROR_RETRIES
@@ -175,3 +175,43 @@ def test_last_checkpoint_cut_short_is_only_a_hint(table_root: Path) -> None:
     txnlog.Table(uri).append(rows([NEW_ID]))
     checkpoint(txnlog.Table(uri))  # the next checkpoint writes a whole hint again
     assert check_table(uri, acknowledged={NEW_ID}) == [*BEFORE, NEW_ID]
+
+
+def test_writer_checkpoints_after_expiry_deleted_its_base_checkpoint(tmp_path: Path) -> None:
+    """Found by the load run: a long-lived Table's state reads its tombstones lazily from the
+    checkpoint it was built on; once expiry deleted that checkpoint, the writer's checkpoint
+    (and vacuum's tombstone listing) failed. They rebuild from the log as it is now instead."""
+    root = tmp_path / "t"
+    table = base_table(root)  # version 5 removes a file: a tombstone
+    checkpoint(table)
+    writer = txnlog.Table(str(root))
+    assert writer.snapshot().version == 5  # built on checkpoint 5
+    other = txnlog.Table(str(root))
+    for i in range(10, 14):
+        other.append(rows([i]))
+    expire(other, retain_min=4, older_than=0)  # checkpoints 6, deletes checkpoint 5 and commits 0..5
+    assert not (root / classic_checkpoint_path(5)).exists() and (root / classic_checkpoint_path(6)).exists()
+
+    writer.append(rows([NEW_ID]))  # advances the cached state from checkpoint 5
+    snap = writer.snapshot()
+    assert snap.tombstones().num_rows == 1
+    assert snap.checkpoint().version == snap.version
+    assert check_table(str(root), acknowledged={NEW_ID}) == [*BEFORE, 10, 11, 12, 13, NEW_ID]
+
+
+def test_vacuum_rereads_the_log_when_expiry_removes_a_commit_under_it(table_root: Path) -> None:
+    """Found by the load run: vacuum listed the log, a concurrent expiry deleted commits, and
+    vacuum's read of them failed. It reads the log again instead (ObjectNotFoundError is what a
+    store raises for a commit deleted between listing and reading)."""
+    from txnlog.errors import ObjectNotFoundError
+
+    uri = str(table_root)
+    store = FaultInjectingStore(open_store(uri))
+    # Commit 3 is read once to open the table, then again by vacuum's walk over the log.
+    rule = store.fail(
+        "read", commit_path(3), skip=1, error=lambda op, path: ObjectNotFoundError(f"{path} is gone", path=path)
+    )
+    result = clean(txnlog.Table(uri, store=store))
+    assert rule.fired == 1
+    assert result.end_version is not None
+    assert check_table(uri, acknowledged=set()) == BEFORE

@@ -24,6 +24,7 @@ def _judge(result: LoadResult) -> None:
     if result.config.checkpointer:
         assert result.maintenance_runs.get("checkpoint", 0) > 0, result.maintenance_errors[:5]
     assert not [e for e in result.maintenance_errors if "conflict" not in e], result.maintenance_errors[:5]
+    assert not result.hook_failures, result.hook_failures[:5]
 
 
 @pytest.fixture(scope="module")

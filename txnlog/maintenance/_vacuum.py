@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from txnlog import properties as props
-from txnlog.errors import RetentionCheckError, TxnLogError
+from txnlog.errors import ObjectNotFoundError, RetentionCheckError, TxnLogError, VersionNotFoundError
 from txnlog.maintenance import _core, tags
 from txnlog.maintenance._deletes import Progress, delete_paths
 from txnlog.maintenance._expire import duration_ms
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from txnlog.table import Table
 
 _NEVER_TOP = frozenset({"metadata"})
+#: Reads of the referenced files that a concurrent expiry may cut short before vacuum gives up.
+_PROTECTED_ATTEMPTS = 5
 
 # Temporary files of writes a crash interrupted: txnlog's local store (".<name>.<hex>.tmp") and
 # delta-rs ("_commit_<uuid>.json.tmp"). A temp file lives for milliseconds, so one older than the
@@ -134,7 +136,15 @@ def vacuum(
             minimum_ms=minimum,
         )
     horizon = now - retention_ms
-    protected, partition_columns = _protected(table, horizon=horizon, progress=progress)
+    for attempt in range(_PROTECTED_ATTEMPTS):
+        try:
+            protected, partition_columns = _protected(table, horizon=horizon, progress=progress)
+            break
+        except (VersionNotFoundError, ObjectNotFoundError):
+            # A concurrent log expiry removed versions while they were read: what they alone
+            # referenced is no longer protected anyway, so read the log as it is now.
+            if attempt == _PROTECTED_ATTEMPTS - 1:
+                raise
 
     doomed: list[str] = []
     size = 0
