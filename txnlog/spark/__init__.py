@@ -1,0 +1,1 @@
+from txnlog.spark.files import files as files
