@@ -255,22 +255,23 @@ def _arange(n: int) -> pa.Array:
     return pc.subtract(pc.cumulative_sum(ones), 1) if n else pa.array([], pa.int64())
 
 
-_OTHER_LINE = re.compile(rb'^(?!\{"add":|\{"remove":)[^\n]*\S[^\n]*$', re.MULTILINE)
 _FILE_LINE_START = re.compile(rb'^\{"(?:add|remove)":', re.MULTILINE)
 _ADD_LINE = re.compile(rb'^\{"add":[^\n]*$', re.MULTILINE)
 
 
 def _split_head(data: bytes) -> tuple[bytes, bytes] | None:
-    """(the lines before the file actions, the file action lines) when every add/remove line
-    comes after every other line, with no blank line or carriage return among them; else None."""
+    """(the lines before the first file action, the file action lines) when every line from
+    the first add/remove on is an add/remove (no other or blank line, no carriage return);
+    else None. JSON escapes newlines inside strings, so a raw newline always ends a line."""
     if b"\r" in data:
         return None
-    others = list(_OTHER_LINE.finditer(data))
-    offset = others[-1].end() + 1 if others else 0
-    head, body = data[:offset], data[offset:]
-    if not body.strip() or _FILE_LINE_START.search(head) or b"\n\n" in body.rstrip(b"\n") or body.startswith(b"\n"):
+    first = _FILE_LINE_START.search(data)
+    if first is None:
         return None
-    return head, body.rstrip(b"\n")
+    head, body = data[: first.start()], data[first.start() :].rstrip(b"\n")
+    lines = body.count(b"\n") + 1
+    file_lines = body.count(b'\n{"add":') + body.count(b'\n{"remove":') + 1
+    return (head, body) if lines == file_lines else None
 
 
 def parse_file_actions(data: bytes, *, path: str, version: int) -> tuple[bytes, ColumnarFileActions] | None:
