@@ -209,7 +209,7 @@ def _check_file_actions(
     if add_keys is None:
         add_keys = file_keys(adds).cast(pa.string())
     keys = pa.concat_arrays([add_keys, file_keys(removes).cast(pa.string())]) if removes.num_rows else add_keys
-    distinct = len(keys) <= 1 or pc.count_distinct(keys).as_py() == len(keys)
+    distinct = _all_distinct(keys)
     if not distinct:
         seqs = pa.concat_arrays([add_seq, remove_seq])
         commit_index = pc.shift_right(seqs, 32)
@@ -358,7 +358,7 @@ def apply_commits(
     files = base_files
     if add_keys is not None:
         if not all_unchecked:
-            distinct = pc.count_distinct(add_keys).as_py() == len(add_keys)
+            distinct = _all_distinct(add_keys)
         if not removes.num_rows and distinct:
             # Appends of distinct files (the common case): every add is live, no reconciling.
             touched, live = add_keys, adds
@@ -388,6 +388,16 @@ def apply_commits(
     if removes.num_rows:
         parts = parts + (lambda: removes,)
     return TableState(version, protocol, metadata, txns, doms, files, parts)
+
+
+def _all_distinct(keys: pa.Array) -> bool:
+    """Whether no key repeats. Sorted neighbours are compared: for 1M keys this needs a
+    sorted copy of them, where count_distinct's hash table took several times as much memory
+    and time."""
+    if len(keys) <= 1:
+        return True
+    ordered = keys.take(pc.sort_indices(keys))
+    return not pc.any(pc.equal(ordered[1:], ordered[:-1])).as_py()
 
 
 def _concat_arrays(arrays: list[pa.Array]) -> pa.Array:
