@@ -190,7 +190,7 @@ def _check_file_actions(
     removes: pa.Table,
     remove_seq: pa.Array,
     partition_runs: list[tuple[int, frozenset[str] | None]],
-    add_keys: pa.Array | None = None,
+    add_keys: pa.Array | pa.ChunkedArray | None = None,
 ) -> bool:
     """Rules every commit's file actions must keep (PROTOCOL.md), checked for all commits at
     once: a size that is not negative, one action per logical file in a commit, partition values
@@ -207,10 +207,13 @@ def _check_file_actions(
             first = pc.index(negative, True).as_py()
             raise _corrupt(commit_of(seqs[first].as_py()), f"'{kind}' action for {table.column('path')[first].as_py()} has a negative size")
     if add_keys is None:
-        add_keys = file_keys(adds).cast(pa.string())
-    keys = pa.concat_arrays([add_keys, file_keys(removes).cast(pa.string())]) if removes.num_rows else add_keys
+        add_keys = _key_column(adds)
+    keys: pa.Array | pa.ChunkedArray = add_keys
+    if removes.num_rows:
+        keys = pa.chunked_array([*_chunks(add_keys), file_keys(removes).cast(pa.string())], pa.string())
     distinct = _all_distinct(keys)
     if not distinct:
+        keys = _combined(keys)
         seqs = pa.concat_arrays([add_seq, remove_seq])
         commit_index = pc.shift_right(seqs, 32)
         per_commit = pc.binary_join_element_wise(keys, pc.cast(commit_index, pa.string()), "\x01")
@@ -333,7 +336,7 @@ def apply_commits(
                     unchecked_seqs[kind].append(table_seqs[kind][-1])
     adds = concat(tables["add"], FILES_SCHEMA)
     removes = concat(tables["remove"], TOMBSTONES_SCHEMA)
-    add_keys = file_keys(adds).cast(pa.string()) if adds.num_rows or removes.num_rows else None
+    add_keys = _key_column(adds) if adds.num_rows or removes.num_rows else None
     # Commits read from storage (a replay): the unchecked actions are all of them, in the same
     # order, so their keys and distinctness are computed once for both purposes.
     all_unchecked = not any(c.checked for c in commits)
@@ -361,12 +364,12 @@ def apply_commits(
             distinct = _all_distinct(add_keys)
         if not removes.num_rows and distinct:
             # Appends of distinct files (the common case): every add is live, no reconciling.
-            touched, live = add_keys, adds
+            touched, live = add_keys, adds  # made one array below only if there are base files
         else:
             add_seq = _concat_arrays(table_seqs["add"])
             keyed = pa.table(
                 {
-                    "key": pa.concat_arrays([add_keys, file_keys(removes).cast(pa.string())]),
+                    "key": pa.concat_arrays([_combined(add_keys), file_keys(removes).cast(pa.string())]),
                     "seq": pa.concat_arrays([add_seq, _concat_arrays(table_seqs["remove"])]),
                 }
             )
@@ -374,7 +377,7 @@ def apply_commits(
             touched = latest.column("key")
             live = adds.filter(pc.is_in(add_seq, value_set=latest.column("seq_max")))
         if files.num_rows:
-            replaced = pc.is_in(file_keys(files), value_set=touched)
+            replaced = pc.is_in(file_keys(files), value_set=_combined(touched))
             if pc.any(replaced).as_py():  # copying the whole list only when something changed
                 files = files.filter(pc.invert(replaced))
         files = concat([files, live], FILES_SCHEMA)
@@ -390,14 +393,42 @@ def apply_commits(
     return TableState(version, protocol, metadata, txns, doms, files, parts)
 
 
-def _all_distinct(keys: pa.Array) -> bool:
-    """Whether no key repeats. Sorted neighbours are compared: for 1M keys this needs a
-    sorted copy of them, where count_distinct's hash table took several times as much memory
-    and time."""
-    if len(keys) <= 1:
+def _key_column(table: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """The logical-file keys of ``table``: its path column as it is (chunks and all, no copy)
+    when no row has a deletion vector, else :func:`file_keys`."""
+    dv = table.column("deletion_vector")
+    if dv.null_count == table.num_rows:
+        paths = table.column("path")
+        return paths if paths.type == pa.string() else paths.cast(pa.string())
+    return file_keys(table).cast(pa.string())
+
+
+def _chunks(keys: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(keys.chunks) if isinstance(keys, pa.ChunkedArray) else [keys]
+
+
+def _combined(keys: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(keys, pa.ChunkedArray):
+        return keys.chunk(0) if keys.num_chunks == 1 else keys.combine_chunks()
+    return keys
+
+
+_DISTINCT_WINDOW = 65_536
+
+
+def _all_distinct(keys: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether no key repeats: neighbours in sorted order are compared, a window at a time, so
+    only the sort's indices and one window of keys are made (for 1M keys, count_distinct's
+    hash table took several times the keys' size, and a sorted copy their size again)."""
+    n = len(keys)
+    if n <= 1:
         return True
-    ordered = keys.take(pc.sort_indices(keys))
-    return not pc.any(pc.equal(ordered[1:], ordered[:-1])).as_py()
+    order = pc.sort_indices(keys)
+    for start in range(0, n - 1, _DISTINCT_WINDOW):
+        window = keys.take(order[start : start + _DISTINCT_WINDOW + 1])
+        if pc.any(pc.equal(window[1:], window[:-1])).as_py():
+            return False
+    return True
 
 
 def _concat_arrays(arrays: list[pa.Array]) -> pa.Array:
