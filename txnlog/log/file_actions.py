@@ -8,6 +8,7 @@ A file list is an Arrow table, never a Python object per file on the hot path. T
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -254,23 +255,57 @@ def _arange(n: int) -> pa.Array:
     return pc.subtract(pc.cumulative_sum(ones), 1) if n else pa.array([], pa.int64())
 
 
+_FILE_LINE_START = re.compile(rb'^\{"(?:add|remove)":', re.MULTILINE)
+_ADD_LINE = re.compile(rb'^\{"add":[^\n]*$', re.MULTILINE)
+
+
+def _split_head(data: bytes) -> tuple[bytes, bytes] | None:
+    """(the lines before the first file action, the file action lines) when every line from
+    the first add/remove on is an add/remove (no other or blank line, no carriage return);
+    else None. JSON escapes newlines inside strings, so a raw newline always ends a line."""
+    if b"\r" in data:
+        return None
+    first = _FILE_LINE_START.search(data)
+    if first is None:
+        return None
+    head, body = data[: first.start()], data[first.start() :].rstrip(b"\n")
+    lines = body.count(b"\n") + 1
+    file_lines = body.count(b'\n{"add":') + body.count(b'\n{"remove":') + 1
+    return (head, body) if lines == file_lines else None
+
+
 def parse_file_actions(data: bytes, *, path: str, version: int) -> tuple[bytes, ColumnarFileActions] | None:
     """Split a large commit: its add/remove lines parsed column-wise, the rest returned as bytes
     for the row-wise parser. None when the commit needs the row-wise path (tags, odd layout)."""
-    lines = data.splitlines()
-    file_lines: list[int] = []
-    other: list[bytes] = []
-    for i, line in enumerate(lines):
-        if line.startswith(_ADD_PREFIX) or line.startswith(_REMOVE_PREFIX):
-            file_lines.append(i)
-        elif line.strip():
-            other.append(line)
-    if not file_lines:
-        return None
-    body = b"\n".join(lines[i] for i in file_lines)
-    try:
+    fast = _split_head(data)
+    if fast is not None:
+        # The usual layout (commitInfo, protocol, metaData, then only file actions): the file
+        # lines are one slice of the commit, not thousands of split and re-joined lines.
+        head, body = fast
+        first = head.count(b"\n")
+        n = body.count(b"\n") + (0 if body.endswith(b"\n") else 1)
+        line_numbers = pc.add(_arange(n), first)
+        other = [line for line in head.splitlines() if line.strip()]
+        first_add = body[: body.find(b"\n")] if b"\n" in body else body
+        if not first_add.startswith(_ADD_PREFIX):
+            match = _ADD_LINE.search(body)
+            first_add = match.group(0) if match else first_add
+    else:
+        lines = data.splitlines()
+        file_lines: list[int] = []
+        other = []
+        for i, line in enumerate(lines):
+            if line.startswith(_ADD_PREFIX) or line.startswith(_REMOVE_PREFIX):
+                file_lines.append(i)
+            elif line.strip():
+                other.append(line)
+        if not file_lines:
+            return None
+        body = b"\n".join(lines[i] for i in file_lines)
+        line_numbers = pa.array(file_lines, pa.int64())
         # The partition keys of the first add (removes may omit partitionValues).
         first_add = next((lines[i] for i in file_lines if lines[i].startswith(_ADD_PREFIX)), lines[file_lines[0]])
+    try:
         partition_keys = list((next(iter(orjson.loads(first_add).values())).get("partitionValues") or {}).keys())
         schema = _json_schema(partition_keys)
         parsed = pj.read_json(
@@ -280,7 +315,8 @@ def parse_file_actions(data: bytes, *, path: str, version: int) -> tuple[bytes, 
         )
     except (pa.ArrowException, OSError, orjson.JSONDecodeError, AttributeError, StopIteration):
         return None  # the row-wise parser reports exactly what is wrong, and where
-    line_numbers = pa.array(file_lines, pa.int64())
+    if parsed.num_rows != len(line_numbers):
+        return None  # lines the fast split miscounted: the row-wise parser decides
     tables = {}
     for kind in ("add", "remove"):
         struct = parsed.column(kind).combine_chunks() if kind in parsed.column_names else pa.nulls(len(line_numbers), schema.field(kind).type)

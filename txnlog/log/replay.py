@@ -70,20 +70,33 @@ class Commit:
 COLUMNAR_COMMIT_BYTES = 1 << 20
 
 
+# Commits read per store call when replaying: enough for parallel object-store reads, while
+# only that many commits' bytes are held at once (the parsed tables are what stays).
+_READ_BATCH_FILES = 16
+
+
 def read_commits(store: LogStore, files: Iterable[CommitFile], *, columnar: bool = False) -> list[Commit]:
-    """Parse commit files. With ``columnar``, large commits keep their file actions as Arrow."""
+    """Parse commit files. With ``columnar``, large commits keep their file actions as Arrow,
+    and commits are read a few at a time, each one's bytes dropped once it is parsed."""
     files = list(files)
-    blobs = store.read_many([f.path for f in files])
     out = []
-    for f, data in zip(files, blobs):
-        split = parse_file_actions(data, path=f.path, version=f.version) if columnar and len(data) > COLUMNAR_COMMIT_BYTES else None
-        if split is None:
-            out.append(Commit(f.version, f.path, f.modification_time, codec.parse_lines(data, path=f.path, version=f.version)))
-        else:
-            rest, file_actions = split
-            actions = codec.parse_lines(rest, path=f.path, version=f.version)
-            out.append(Commit(f.version, f.path, f.modification_time, actions, file_actions))
+    step = _READ_BATCH_FILES if columnar else max(len(files), 1)
+    for start in range(0, len(files), step):
+        group = files[start : start + step]
+        blobs = store.read_many([f.path for f in group])
+        for f, data in zip(group, blobs):
+            out.append(_parse_commit(f, data, columnar))
+        del blobs
     return out
+
+
+def _parse_commit(f: CommitFile, data: bytes, columnar: bool) -> Commit:
+    split = parse_file_actions(data, path=f.path, version=f.version) if columnar and len(data) > COLUMNAR_COMMIT_BYTES else None
+    if split is None:
+        return Commit(f.version, f.path, f.modification_time, codec.parse_lines(data, path=f.path, version=f.version))
+    rest, file_actions = split
+    actions = codec.parse_lines(rest, path=f.path, version=f.version)
+    return Commit(f.version, f.path, f.modification_time, actions, file_actions)
 
 
 @dataclass(frozen=True)
@@ -146,6 +159,7 @@ def _check_file_action(kind: str, body: Any, commit: Commit) -> None:
 
 
 _MAX_CHUNKS = 16
+_SMALL_CHUNK_ROWS = 8192
 
 
 def _missing(what: str, segment_desc: str, version: int) -> LogCorruptError:
@@ -176,11 +190,13 @@ def _check_file_actions(
     removes: pa.Table,
     remove_seq: pa.Array,
     partition_runs: list[tuple[int, frozenset[str] | None]],
-) -> None:
+    add_keys: pa.Array | pa.ChunkedArray | None = None,
+) -> bool:
     """Rules every commit's file actions must keep (PROTOCOL.md), checked for all commits at
     once: a size that is not negative, one action per logical file in a commit, partition values
     only for the partition columns of the metaData in force. ``*_seq`` hold (commit index << 32 |
-    line); ``partition_runs`` (first commit index, partition keys) in commit order."""
+    line); ``partition_runs`` (first commit index, partition keys) in commit order; ``add_keys``
+    the adds' keys if already computed. Returns whether every action has a key of its own."""
 
     def commit_of(seq: int) -> Commit:
         return commits[seq >> 32]
@@ -190,8 +206,14 @@ def _check_file_actions(
         if negative is not None and pc.any(negative).as_py():
             first = pc.index(negative, True).as_py()
             raise _corrupt(commit_of(seqs[first].as_py()), f"'{kind}' action for {table.column('path')[first].as_py()} has a negative size")
-    keys = pa.concat_arrays([file_keys(adds).cast(pa.string()), file_keys(removes).cast(pa.string())])
-    if len(keys) > 1 and pc.count_distinct(keys).as_py() != len(keys):
+    if add_keys is None:
+        add_keys = _key_column(adds)
+    keys: pa.Array | pa.ChunkedArray = add_keys
+    if removes.num_rows:
+        keys = pa.chunked_array([*_chunks(add_keys), file_keys(removes).cast(pa.string())], pa.string())
+    distinct = _all_distinct(keys)
+    if not distinct:
+        keys = _combined(keys)
         seqs = pa.concat_arrays([add_seq, remove_seq])
         commit_index = pc.shift_right(seqs, 32)
         per_commit = pc.binary_join_element_wise(keys, pc.cast(commit_index, pa.string()), "\x01")
@@ -201,14 +223,14 @@ def _check_file_actions(
             key, index = dup.rsplit("\x01", 1)
             raise _corrupt(commits[int(index)], f"two file actions for {key.split(chr(0))[0]!r} in one commit")
     if not adds.num_rows:
-        return
+        return distinct
     names, counts = partition_value_keys(adds.column("partition_values"))
     if not len(names):
-        return
+        return distinct
     known = [allowed for _, allowed in partition_runs if allowed is not None]
     if len(known) == len(partition_runs) and len(set(known)) == 1:  # one partitioning throughout
         if pc.all(pc.is_in(names, value_set=pa.array(sorted(known[0]), pa.string()))).as_py():
-            return
+            return distinct
     offsets = pc.cumulative_sum(pa.concat_arrays([pa.array([0], counts.type), counts])).cast(pa.int32())
     rows = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, names))
     name_commit = pc.shift_right(add_seq.take(rows), 32)
@@ -224,6 +246,7 @@ def _check_file_actions(
                 commits[name_commit[first].as_py()],
                 f"'add' action names partition column {names[first].as_py()!r}, which is not a partition column",
             )
+    return distinct
 
 
 def apply_commits(
@@ -311,13 +334,20 @@ def apply_commits(
                 if not checked:
                     unchecked[kind].append(tables[kind][-1])
                     unchecked_seqs[kind].append(table_seqs[kind][-1])
-    _check_file_actions(
+    adds = concat(tables["add"], FILES_SCHEMA)
+    removes = concat(tables["remove"], TOMBSTONES_SCHEMA)
+    add_keys = _key_column(adds) if adds.num_rows or removes.num_rows else None
+    # Commits read from storage (a replay): the unchecked actions are all of them, in the same
+    # order, so their keys and distinctness are computed once for both purposes.
+    all_unchecked = not any(c.checked for c in commits)
+    distinct = _check_file_actions(
         commits,
-        concat(unchecked["add"], FILES_SCHEMA),
+        adds if all_unchecked else concat(unchecked["add"], FILES_SCHEMA),
         _concat_arrays(unchecked_seqs["add"]),
-        concat(unchecked["remove"], TOMBSTONES_SCHEMA),
+        removes if all_unchecked else concat(unchecked["remove"], TOMBSTONES_SCHEMA),
         _concat_arrays(unchecked_seqs["remove"]),
         partition_runs,
+        add_keys if all_unchecked else None,
     )
     if latest_protocol is not None:
         protocol = codec.decode_action("protocol", latest_protocol[1], path=latest_protocol[0].path, version=latest_protocol[0].version)  # type: ignore[assignment]
@@ -328,19 +358,18 @@ def apply_commits(
     if metadata is None:
         raise _missing("metaData", where, version)
 
-    adds = concat(tables["add"], FILES_SCHEMA)
-    removes = concat(tables["remove"], TOMBSTONES_SCHEMA)
     files = base_files
-    if adds.num_rows or removes.num_rows:
-        add_keys = file_keys(adds).cast(pa.string())
-        if not removes.num_rows and pc.count_distinct(add_keys).as_py() == len(add_keys):
+    if add_keys is not None:
+        if not all_unchecked:
+            distinct = _all_distinct(add_keys)
+        if not removes.num_rows and distinct:
             # Appends of distinct files (the common case): every add is live, no reconciling.
-            touched, live = add_keys, adds
+            touched, live = add_keys, adds  # made one array below only if there are base files
         else:
             add_seq = _concat_arrays(table_seqs["add"])
             keyed = pa.table(
                 {
-                    "key": pa.concat_arrays([add_keys, file_keys(removes).cast(pa.string())]),
+                    "key": pa.concat_arrays([_combined(add_keys), file_keys(removes).cast(pa.string())]),
                     "seq": pa.concat_arrays([add_seq, _concat_arrays(table_seqs["remove"])]),
                 }
             )
@@ -348,17 +377,58 @@ def apply_commits(
             touched = latest.column("key")
             live = adds.filter(pc.is_in(add_seq, value_set=latest.column("seq_max")))
         if files.num_rows:
-            replaced = pc.is_in(file_keys(files), value_set=touched)
+            replaced = pc.is_in(file_keys(files), value_set=_combined(touched))
             if pc.any(replaced).as_py():  # copying the whole list only when something changed
                 files = files.filter(pc.invert(replaced))
         files = concat([files, live], FILES_SCHEMA)
-    if files.num_rows and files.column(0).num_chunks > _MAX_CHUNKS:
+    chunks = files.column(0).num_chunks if files.num_rows else 0
+    if chunks > _MAX_CHUNKS and files.num_rows < chunks * _SMALL_CHUNK_ROWS:
         # Each incremental update adds a chunk; per-chunk overhead would grow without bound.
+        # Large chunks (a commit of thousands of files each) stay: merging them would copy
+        # the whole list while it is held.
         files = files.combine_chunks()
     parts = tombstone_parts
     if removes.num_rows:
         parts = parts + (lambda: removes,)
     return TableState(version, protocol, metadata, txns, doms, files, parts)
+
+
+def _key_column(table: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """The logical-file keys of ``table``: its path column as it is (chunks and all, no copy)
+    when no row has a deletion vector, else :func:`file_keys`."""
+    dv = table.column("deletion_vector")
+    if dv.null_count == table.num_rows:
+        paths = table.column("path")
+        return paths if paths.type == pa.string() else paths.cast(pa.string())
+    return file_keys(table).cast(pa.string())
+
+
+def _chunks(keys: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(keys.chunks) if isinstance(keys, pa.ChunkedArray) else [keys]
+
+
+def _combined(keys: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(keys, pa.ChunkedArray):
+        return keys.chunk(0) if keys.num_chunks == 1 else keys.combine_chunks()
+    return keys
+
+
+_DISTINCT_WINDOW = 65_536
+
+
+def _all_distinct(keys: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether no key repeats: neighbours in sorted order are compared, a window at a time, so
+    only the sort's indices and one window of keys are made (for 1M keys, count_distinct's
+    hash table took several times the keys' size, and a sorted copy their size again)."""
+    n = len(keys)
+    if n <= 1:
+        return True
+    order = pc.sort_indices(keys)
+    for start in range(0, n - 1, _DISTINCT_WINDOW):
+        window = keys.take(order[start : start + _DISTINCT_WINDOW + 1])
+        if pc.any(pc.equal(window[1:], window[:-1])).as_py():
+            return False
+    return True
 
 
 def _concat_arrays(arrays: list[pa.Array]) -> pa.Array:

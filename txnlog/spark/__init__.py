@@ -2,6 +2,8 @@
 
 - :func:`write` / :func:`write_files`: a DataFrame to a table, Parquet written by the executors;
 - :func:`read` / :func:`read_files`: a snapshot's live files as a DataFrame;
+- :func:`files`: the live file list reconstructed on the executors, for tables whose list
+  does not fit the driver;
 - :func:`transaction`: a context manager for PySpark jobs (read, write, delete, update,
   overwrite in one atomic commit).
 
@@ -10,8 +12,9 @@ Importing this module does not import PySpark; calling its functions needs it.
 """
 
 from txnlog.spark._common import SparkJobError
+from txnlog.spark.files import files
 from txnlog.spark.reader import read, read_files
 from txnlog.spark.transaction import SparkTransaction, transaction
 from txnlog.spark.writer import write, write_files
 
-__all__ = ["SparkJobError", "SparkTransaction", "read", "read_files", "transaction", "write", "write_files"]
+__all__ = ["SparkJobError", "SparkTransaction", "files", "read", "read_files", "transaction", "write", "write_files"]
