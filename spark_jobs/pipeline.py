@@ -207,7 +207,7 @@ def update_job(spark: Any, args: argparse.Namespace, report: Report, stop: threa
             for statement in statements:
                 if not Table(args.table).exists():
                     continue
-                update_args = update.parse_args(["--table", args.table, *statement, "--retry-conflicts", "5"])
+                update_args = update.parse_args(["--table", args.table, *statement, "--retry-conflicts", "5", "--compaction-retries", "10"])
                 outcome = update.run(spark, update_args)
                 for conflict in outcome.conflicts:
                     report.conflict("update", conflict, "retried on the new snapshot (the statement is idempotent)")
