@@ -264,7 +264,11 @@ ROW_COMMIT_VERSION_COLUMN = _p(
     "delta.rowTracking.materializedRowCommitVersionColumnName", _text, "", "Column holding materialized row commit versions.", enforced=False
 )
 UNIVERSAL_FORMAT = _p(
-    "delta.universalFormat.enabledFormats", _text, "", "Formats (iceberg, hudi) UniForm keeps in sync.", enforced=False
+    "delta.universalFormat.enabledFormats",
+    _text,
+    "",
+    "Formats (iceberg, hudi) UniForm keeps in sync. txnlog acts on `iceberg`: the iceberg-export "
+    "post-commit hook writes Iceberg metadata after each commit (see docs/iceberg.md); other formats are carried.",
 )
 ICEBERG_COMPAT_V1 = _p("delta.enableIcebergCompatV1", parse_bool, "false", "Iceberg compatibility V1 (UniForm).", enforced=False)
 ICEBERG_COMPAT_V2 = _p("delta.enableIcebergCompatV2", parse_bool, "false", "Iceberg compatibility V2 (UniForm).", enforced=False)
@@ -357,6 +361,20 @@ LOG_EXPIRE_ASYNC = _p(
     "false",
     "Run log expiry after commits in one background thread (implies the hook is on); a failure "
     "is reported on the next commit.",
+)
+ICEBERG_EXPORT_ENABLED = _p(
+    "txnlog.iceberg.export.enabled",
+    parse_bool,
+    "false",
+    "Write Iceberg metadata under <table>/metadata/ after every commit (the iceberg-export "
+    "post-commit hook; needs the txnlog[iceberg] extra). A failed export never fails the commit.",
+)
+ICEBERG_EXPORT_MAX_COMMITS = _p(
+    "txnlog.iceberg.export.maxIncrementalCommits",
+    _positive_int,
+    "1000",
+    "An Iceberg export more than this many Delta commits behind rebuilds from the latest snapshot "
+    "(one Iceberg snapshot for the gap) instead of one snapshot per commit.",
 )
 CONSUMER_EXPIRATION = _p(
     "txnlog.consumer.expiration-time",
