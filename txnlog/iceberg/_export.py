@@ -45,7 +45,8 @@ from pyiceberg.table.update import (
     SetPropertiesUpdate,
     SetSnapshotRefUpdate,
     TableUpdate,
-    update_table_metadata,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
 )
 
 from txnlog import properties as props
@@ -164,8 +165,11 @@ class _Work:
     pending: list[TableUpdate] = field(default_factory=list)
 
     def apply(self, updates: Sequence[TableUpdate]) -> None:
-        if updates:
-            self.metadata = update_table_metadata(self.metadata, tuple(updates))
+        """pyiceberg's own update rules, without update_table_metadata's deep copy of the whole
+        metadata (O(snapshots) per call); the models are never mutated in place."""
+        context = _TableMetadataUpdateContext()
+        for update in updates:
+            self.metadata = _apply_table_update(update, self.metadata, context)
 
     def file_index(self) -> dict[str, str]:
         """Data file URI -> the manifest holding it, for the current snapshot."""
@@ -383,10 +387,18 @@ def _commit_snapshot(
 # --- reading the Iceberg side ---------------------------------------------------------------
 
 
+_METADATA = _Lru(16)  # metadata file location -> parsed TableMetadata (the files are immutable)
+
+
 def _read_metadata(io: StoreFileIO, number: int) -> TableMetadata:
     location = io.location(f"{METADATA_DIR}/v{number}.metadata.json")
+    cached = _METADATA.get_or(location)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
     try:
-        return FromInputFile.table_metadata(io.new_input(location))
+        found = FromInputFile.table_metadata(io.new_input(location))
+        _METADATA.put(location, found)
+        return found
     except TxnLogError:
         raise
     except Exception as e:
@@ -541,6 +553,7 @@ def _export(io: StoreFileIO, delta: DeltaSnapshot, full: bool) -> ExportResult:
         except FileAlreadyExistsError:
             log.info("another exporter wrote %s first; re-reading", location)
             continue
+        _METADATA.put(location, final)
         io.store.put(VERSION_HINT, str(new_number).encode())
         if work.index is not None and final.current_snapshot_id is not None:
             _INDEXES.put(f"{io.store.root_uri}#{final.current_snapshot_id}", work.index)
