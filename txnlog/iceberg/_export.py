@@ -405,22 +405,23 @@ def _read_metadata(io: StoreFileIO, number: int) -> TableMetadata:
         raise IcebergExportError(f"cannot read Iceberg metadata {location}: {e}") from e
 
 
-def latest_metadata_number(io: StoreFileIO) -> int | None:
-    """The newest ``v<N>.metadata.json``: from the version hint, then probing past it (the hint
-    is written last, so it may lag), else by listing the metadata directory."""
+def latest_metadata_number(io: StoreFileIO) -> tuple[int | None, int | None]:
+    """The newest ``v<N>.metadata.json`` and what the version hint says: the hint, then probing
+    past it (the hint is written last, so it may lag), else a listing of the metadata directory."""
     store = io.store
-    start: int | None = None
+    hint: int | None = None
     try:
         text = store.read(VERSION_HINT).decode("utf-8", "replace").strip()
-        start = int(text) if text.isdigit() else None
+        hint = int(text) if text.isdigit() else None
     except ObjectNotFoundError:
-        start = None
-    if start is None or not store.exists(f"{METADATA_DIR}/v{start}.metadata.json"):
+        hint = None
+    if hint is None or not store.exists(f"{METADATA_DIR}/v{hint}.metadata.json"):
         numbers = [int(m.group(1)) for f in store.list_from(METADATA_DIR, "v") if (m := _METADATA_FILE.match(f.name))]
-        return max(numbers) if numbers else None
-    while store.exists(f"{METADATA_DIR}/v{start + 1}.metadata.json"):
-        start += 1
-    return start
+        return (max(numbers) if numbers else None), hint
+    latest = hint
+    while store.exists(f"{METADATA_DIR}/v{latest + 1}.metadata.json"):
+        latest += 1
+    return latest, hint
 
 
 def _current_manifests(io: StoreFileIO, meta: TableMetadata) -> list[ManifestFile]:
@@ -526,7 +527,9 @@ def _plan(io: StoreFileIO, delta: DeltaSnapshot, base: TableMetadata | None, las
 def _export(io: StoreFileIO, delta: DeltaSnapshot, full: bool) -> ExportResult:
     target = delta.version
     for _attempt in range(_MAX_ATTEMPTS):
-        number = latest_metadata_number(io)
+        number, hint = latest_metadata_number(io)
+        if number is not None and hint != number:  # an exporter stopped before the hint
+            io.store.put(VERSION_HINT, str(number).encode())
         base = _read_metadata(io, number) if number is not None else None
         base_location = io.location(f"{METADATA_DIR}/v{number}.metadata.json") if number is not None else None
         last = int(base.properties[DELTA_VERSION_KEY]) if base is not None and DELTA_VERSION_KEY in base.properties else None
