@@ -42,6 +42,9 @@ from txnlog.schema import delta_field_metadata
 #: Partition field ids start here, as Iceberg's own writers do.
 FIRST_PARTITION_FIELD_ID = 1000
 
+CHANGE_TYPE_COLUMN = "_change_type"
+#: Iceberg's reserved field id for ``_change_type`` (Integer.MAX_VALUE - 104).
+CHANGE_TYPE_FIELD_ID = 2**31 - 1 - 104
 _NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
 Path = tuple[str, ...]
 
@@ -210,7 +213,12 @@ def name_mapping(schema: pa.Schema, iceberg: Schema, configuration: Mapping[str,
     def _mapped(af: pa.Field, nf: NestedField) -> MappedField:
         return MappedField(field_id=nf.field_id, names=[physical_name(af, mapped)], fields=nested(af.type, nf.field_type))
 
-    return NameMapping(fields_of(list(schema), iceberg.as_struct()))
+    fields = fields_of(list(schema), iceberg.as_struct())
+    if all(f.name != CHANGE_TYPE_COLUMN for f in schema):
+        # Some writers leave CDF's _change_type in data files; map it to Iceberg's reserved id for
+        # that column so readers resolve (and skip) it instead of failing on an unmapped name.
+        fields.append(MappedField(field_id=CHANGE_TYPE_FIELD_ID, names=[CHANGE_TYPE_COLUMN]))
+    return NameMapping(fields)
 
 
 def partition_spec(
