@@ -398,6 +398,20 @@ INVARIANTS_KEY = "delta.invariants"
 GENERATION_EXPRESSION_KEY = "delta.generationExpression"
 IDENTITY_START_KEY = "delta.identity.start"
 RESERVED_DOMAIN_PREFIX = "delta."
+#: Column metadata: ids of array elements and map keys/values under column mapping (IcebergCompat).
+NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
+
+# --- Keys txnlog writes into exported Iceberg metadata (txnlog.iceberg), not Delta properties ---
+#: Iceberg table property and snapshot-summary key: the Delta version the metadata shows.
+ICEBERG_DELTA_VERSION_KEY = "txnlog.delta.version"
+#: Snapshot-summary key: the Delta commit's timestamp (ms since the epoch).
+ICEBERG_DELTA_TIMESTAMP_KEY = "txnlog.delta.timestamp"
+#: Snapshot-summary key: the Delta commit's operation (commitInfo.operation).
+ICEBERG_DELTA_OPERATION_KEY = "txnlog.delta.operation"
+#: Iceberg table property: the Delta table id (metaData.id) the metadata was exported from.
+ICEBERG_DELTA_TABLE_ID_KEY = "txnlog.delta.table-id"
+#: Snapshot-summary key on a snapshot rebuilt from the full file list: why.
+ICEBERG_REBUILD_KEY = "txnlog.export.rebuild"
 
 
 def lookup(key: str) -> TableProperty[Any] | None:

@@ -68,13 +68,13 @@ log = logging.getLogger(__name__)
 METADATA_DIR = "metadata"
 VERSION_HINT = f"{METADATA_DIR}/version-hint.text"
 #: Iceberg table property and snapshot-summary key: the Delta version the metadata shows.
-DELTA_VERSION_KEY = "txnlog.delta.version"
+DELTA_VERSION_KEY = props.ICEBERG_DELTA_VERSION_KEY
 #: Snapshot-summary key: the Delta commit's timestamp (ms).
-DELTA_TIMESTAMP_KEY = "txnlog.delta.timestamp"
+DELTA_TIMESTAMP_KEY = props.ICEBERG_DELTA_TIMESTAMP_KEY
 #: Iceberg table property: the Delta table id (metaData.id) exported; another id means a new table.
-DELTA_TABLE_ID_KEY = "txnlog.delta.table-id"
+DELTA_TABLE_ID_KEY = props.ICEBERG_DELTA_TABLE_ID_KEY
 #: Snapshot-summary key on a rebuild snapshot: why it was rebuilt.
-REBUILD_KEY = "txnlog.export.rebuild"
+REBUILD_KEY = props.ICEBERG_REBUILD_KEY
 
 #: Data files per manifest written; bounds the work of rewriting one to delete a file.
 MANIFEST_MAX_ENTRIES = 1000
@@ -652,7 +652,7 @@ def _export_commit(work: _Work, delta: DeltaSnapshot, commit: Commit, adds: pa.T
     extra = {DELTA_VERSION_KEY: str(commit.version), DELTA_TIMESTAMP_KEY: str(timestamp)}
     info = commit.commit_info()
     if info is not None and getattr(info, "operation", None):
-        extra["txnlog.delta.operation"] = str(info.operation)
+        extra[props.ICEBERG_DELTA_OPERATION_KEY] = str(info.operation)
     _commit_snapshot(work, operation, dfs, removed, extra, timestamp)
 
 

@@ -45,7 +45,7 @@ FIRST_PARTITION_FIELD_ID = 1000
 CHANGE_TYPE_COLUMN = "_change_type"
 #: Iceberg's reserved field id for ``_change_type`` (Integer.MAX_VALUE - 104).
 CHANGE_TYPE_FIELD_ID = 2**31 - 1 - 104
-_NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
+_NESTED_IDS_KEY = props.NESTED_IDS_KEY
 Path = tuple[str, ...]
 
 
