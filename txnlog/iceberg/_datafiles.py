@@ -13,6 +13,8 @@ cannot match its bounds, so a bound tighter than the data drops rows. Hence:
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,9 +29,14 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.types import (
+    BooleanType,
+    DateType,
+    DecimalType,
     DoubleType,
     FloatType,
     IcebergType,
+    IntegerType,
+    LongType,
     NestedField,
     PrimitiveType,
     StringType,
@@ -39,7 +46,16 @@ from pyiceberg.types import (
 )
 
 from txnlog.errors import TxnLogError
-from txnlog.file_facts import is_column_mapped, parse_partition_values, parse_stats, physical_name, stats_leaf, table_stats_type
+from txnlog.file_facts import (
+    decode_stats,
+    is_column_mapped,
+    parse_partition_values,
+    parse_stats,
+    parse_timestamps,
+    physical_name,
+    stats_leaf,
+    table_stats_type,
+)
 from txnlog.log.actions import Metadata
 from txnlog.storage.base import LogStore
 from txnlog.storage.paths import locate
@@ -47,6 +63,7 @@ from txnlog.storage.paths import locate
 #: delta-spark's string stats prefix; a maximum this long may have been cut.
 STRING_PREFIX_LENGTH = 32
 _TIE_BREAKER = "\ufffd"
+_EPOCH_DAY = dt.date(1970, 1, 1)
 
 
 class IcebergExportError(TxnLogError):
@@ -133,6 +150,80 @@ def refuse_deletion_vectors(files: pa.Table, where: str) -> None:
     )
 
 
+_StatsLists = list[tuple[int, PrimitiveType, bool, list[Any], list[Any], list[Any]]]
+#: Up to this many files, stats are decoded one by one (pyarrow's JSON reader costs more to start).
+_FEW_FILES = 64
+
+
+def _stats_from_arrow(files: pa.Table, metadata: Metadata, iceberg: Schema, mapped: bool) -> tuple[list[Any], _StatsLists]:
+    """Column-wise, for many files: file_facts.parse_stats to the table's stats types."""
+    schema = metadata.schema
+    n = files.num_rows
+    stats = parse_stats(files, table_stats_type(schema, metadata.partition_columns, metadata.configuration))
+    records = _internal(stats_leaf(stats, ("numRecords",)))
+    columns: _StatsLists = []
+    for col in _stats_columns(schema, iceberg, mapped):
+        ft = col.field.field_type
+        assert isinstance(ft, PrimitiveType)
+        lows = _internal(stats_leaf(stats, ("minValues", *col.physical)))
+        highs = _internal(stats_leaf(stats, ("maxValues", *col.physical)))
+        nulls = _internal(stats_leaf(stats, ("nullCount", *col.physical))) if col.top_level else [None] * n
+        columns.append((col.field.field_id, ft, col.top_level, lows, highs, nulls))
+    return records, columns
+
+
+def _json_leaf(stats: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
+    node: Any = stats
+    for name in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(name)
+    return node
+
+
+def _json_value(ft: PrimitiveType, at: pa.DataType, value: Any, rounding: str) -> Any:
+    """One stats JSON value in pyiceberg's internal form; None when it is not of the column's type
+    (an unknown bound, never a wrong one)."""
+    if value is None:
+        return None
+    try:
+        if isinstance(ft, BooleanType):
+            return value if isinstance(value, bool) else None
+        if isinstance(ft, (IntegerType, LongType)):
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(ft, (FloatType, DoubleType)):
+            return float(value) if not isinstance(value, bool) else None
+        if isinstance(ft, DecimalType):
+            number = decimal.Decimal(str(value))
+            return number.quantize(decimal.Decimal(1).scaleb(-ft.scale), rounding=rounding)
+        if isinstance(ft, StringType):
+            return value if isinstance(value, str) else None
+        if isinstance(ft, DateType):
+            return (dt.date.fromisoformat(value) - _EPOCH_DAY).days if isinstance(value, str) else None
+        if isinstance(ft, (TimestampType, TimestamptzType)) and isinstance(value, str):
+            parsed = parse_timestamps(pa.array([value], pa.string()), pa.timestamp("us", tz="UTC"))
+            return parsed.cast(pa.int64())[0].as_py()
+    except (ValueError, ArithmeticError, TypeError, pa.ArrowException):
+        return None
+    return None
+
+
+def _stats_from_json(files: pa.Table, schema: pa.Schema, iceberg: Schema, mapped: bool) -> tuple[list[Any], _StatsLists]:
+    """File by file, for a few files (a commit's adds): the same values as :func:`_stats_from_arrow`."""
+    decoded = [decode_stats(text) for text in files.column("stats").to_pylist()]
+    records = [r if isinstance(r := _json_leaf(s, ("numRecords",)), int) and not isinstance(r, bool) else None for s in decoded]
+    columns: _StatsLists = []
+    for col in _stats_columns(schema, iceberg, mapped):
+        ft = col.field.field_type
+        assert isinstance(ft, PrimitiveType)
+        lows = [_json_value(ft, col.arrow_type, _json_leaf(s, ("minValues", *col.physical)), decimal.ROUND_FLOOR) for s in decoded]
+        highs = [_json_value(ft, col.arrow_type, _json_leaf(s, ("maxValues", *col.physical)), decimal.ROUND_CEILING) for s in decoded]
+        nulls = [_json_leaf(s, ("nullCount", *col.physical)) if col.top_level else None for s in decoded]
+        nulls = [v if isinstance(v, int) and not isinstance(v, bool) else None for v in nulls]
+        columns.append((col.field.field_id, ft, col.top_level, lows, highs, nulls))
+    return records, columns
+
+
 def data_files(
     files: pa.Table,
     metadata: Metadata,
@@ -158,16 +249,10 @@ def data_files(
     parts = parse_partition_values(files, schema, metadata.partition_columns, conf)
     part_values = [_internal(parts.column(i).combine_chunks()) for i in range(parts.num_columns)]
 
-    stats = parse_stats(files, table_stats_type(schema, metadata.partition_columns, conf))
-    records = _internal(stats_leaf(stats, ("numRecords",)))
-    columns = []
-    for col in _stats_columns(schema, iceberg, mapped):
-        ft = col.field.field_type
-        lows = _internal(stats_leaf(stats, ("minValues", *col.physical)))
-        highs = _internal(stats_leaf(stats, ("maxValues", *col.physical)))
-        nulls = _internal(stats_leaf(stats, ("nullCount", *col.physical))) if col.top_level else [None] * n
-        assert isinstance(ft, PrimitiveType)
-        columns.append((col.field.field_id, ft, col.top_level, lows, highs, nulls))
+    if n <= _FEW_FILES:
+        records, columns = _stats_from_json(files, schema, iceberg, mapped)
+    else:
+        records, columns = _stats_from_arrow(files, metadata, iceberg, mapped)
 
     out = []
     for i in range(n):

@@ -11,6 +11,7 @@ writes a second snapshot for one Delta version.
 
 from __future__ import annotations
 
+import copy
 import logging
 import re
 import threading
@@ -25,7 +26,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile, write_manifest, write_manifest_list
+from pyiceberg.manifest import (
+    UNASSIGNED_SEQ,
+    DataFile,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    _inherit_from_manifest,
+    write_manifest,
+    write_manifest_list,
+)
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile, ToOutputFile
@@ -141,6 +151,7 @@ class _Lru(OrderedDict[str, Any]):
 
 
 _ENTRIES = _Lru(1024)  # manifest path -> live entries
+_LISTS = _Lru(64)  # manifest list location -> its ManifestFiles
 _INDEXES = _Lru(16)  # f"{root}#{snapshot id}" -> {data file uri: manifest path}
 
 
@@ -162,7 +173,8 @@ class _Work:
     manifests: list[ManifestFile]
     index: dict[str, str] | None = None
     snapshot_ids: list[int] = field(default_factory=list)
-    pending: list[TableUpdate] = field(default_factory=list)
+    #: Live entries of manifests written by this export, by manifest path.
+    written: dict[str, list[ManifestEntry]] = field(default_factory=dict)
 
     def apply(self, updates: Sequence[TableUpdate]) -> None:
         """pyiceberg's own update rules, without update_table_metadata's deep copy of the whole
@@ -248,13 +260,41 @@ def _initial_metadata(io: StoreFileIO, delta: Metadata) -> TableMetadata:
 
 
 def _write_manifest(work: _Work, spec: PartitionSpec, snapshot_id: int, entries: Iterable[tuple[str, ManifestEntry]]) -> ManifestFile:
-    """A manifest of (``add`` | ``existing`` | ``delete``, entry) pairs."""
+    """A manifest of (``add`` | ``existing`` | ``delete``, entry) pairs. Its live entries wait in
+    ``work.written`` until the manifest list gives them their sequence number."""
     out = work.io.new_output(_new_location(work.io, "manifest", snapshot_id))
     writer = write_manifest(2, spec, work.metadata.schema(), out, snapshot_id, "deflate")
+    live: list[ManifestEntry] = []
     with writer:
         for how, entry in entries:
             getattr(writer, how)(entry)
-    return writer.to_manifest_file()
+            if how == "add":
+                live.append(entry)
+            elif how == "existing":
+                live.append(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.EXISTING,
+                        snapshot_id=entry.snapshot_id,
+                        sequence_number=entry.sequence_number,
+                        file_sequence_number=entry.file_sequence_number,
+                        data_file=entry.data_file,
+                    )
+                )
+    manifest = writer.to_manifest_file()
+    work.written[manifest.manifest_path] = live
+    return manifest
+
+
+def _assigned(manifest: ManifestFile, sequence_number: int) -> ManifestFile:
+    """``manifest`` as the manifest list records it (what ManifestListWriterV2 assigns)."""
+    if manifest.sequence_number != UNASSIGNED_SEQ and manifest.min_sequence_number != UNASSIGNED_SEQ:
+        return manifest
+    assigned = copy.copy(manifest)
+    if assigned.sequence_number == UNASSIGNED_SEQ:
+        assigned.sequence_number = sequence_number
+    if assigned.min_sequence_number == UNASSIGNED_SEQ:
+        assigned.min_sequence_number = sequence_number
+    return assigned
 
 
 def _data_entry(df: DataFile) -> ManifestEntry:
@@ -358,8 +398,14 @@ def _commit_snapshot(
     list_out = work.io.new_output(_new_location(work.io, "snap", snapshot_id))
     with write_manifest_list(2, list_out, snapshot_id, parent, sequence_number, "deflate") as writer:
         writer.add_manifests(manifests)
-    # The manifest list gave the new manifests their sequence number; cache what readers see.
-    written = Snapshot(snapshot_id=snapshot_id, manifest_list=list_out.location).manifests(work.io)
+    # The manifest list gave the new manifests their sequence number: keep what readers will see,
+    # so the next export in this process reads neither the list nor these manifests back.
+    written = [_assigned(m, sequence_number) for m in manifests]
+    for m in written:
+        live = work.written.pop(m.manifest_path, None)
+        if live is not None:
+            _ENTRIES.put(m.manifest_path, [_inherit_from_manifest(entry, m) for entry in live])
+    _LISTS.put(list_out.location, tuple(written))
 
     previous = meta.current_snapshot()
     counted = Operation.OVERWRITE if operation == Operation.REPLACE else operation
@@ -426,7 +472,10 @@ def latest_metadata_number(io: StoreFileIO) -> tuple[int | None, int | None]:
 
 def _current_manifests(io: StoreFileIO, meta: TableMetadata) -> list[ManifestFile]:
     current = meta.current_snapshot()
-    return list(current.manifests(io)) if current is not None else []
+    if current is None:
+        return []
+    cached = _LISTS.get_or(current.manifest_list)
+    return list(cached) if cached is not None else list(current.manifests(io))
 
 
 # --- reading the Delta side -----------------------------------------------------------------
