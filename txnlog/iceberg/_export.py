@@ -38,7 +38,7 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile, ToOutputFile
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata, TableMetadataV2, _generate_snapshot_id
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
@@ -88,8 +88,9 @@ REBUILD_KEY = props.ICEBERG_REBUILD_KEY
 
 #: Data files per manifest written; bounds the work of rewriting one to delete a file.
 MANIFEST_MAX_ENTRIES = 1000
-#: With more manifests than this, small ones are merged (as Iceberg's merge-append does).
-MANIFEST_MERGE_MIN_COUNT = 100
+#: With more manifests than this, small ones are merged (as Iceberg's merge-append does, from 100;
+#: fewer here, since this process already holds their entries and a shorter list is cheaper per commit).
+MANIFEST_MERGE_MIN_COUNT = 32
 _MAX_ATTEMPTS = 8
 _METADATA_FILE = re.compile(r"^v(\d+)\.metadata\.json$")
 
@@ -601,7 +602,10 @@ def _export(io: StoreFileIO, delta: DeltaSnapshot, full: bool) -> ExportResult:
         new_number = (number or 0) + 1
         location = io.location(f"{METADATA_DIR}/v{new_number}.metadata.json")
         try:
-            ToOutputFile.table_metadata(final, io.new_output(location), overwrite=False)
+            # pyiceberg's own serialization (ToOutputFile.table_metadata minus re-reading its
+            # config files and environment on every call); put-if-absent on close.
+            with io.new_output(location).create(overwrite=False) as out:
+                out.write(final.model_dump_json(exclude_none=True).encode())
         except FileAlreadyExistsError:
             log.info("another exporter wrote %s first; re-reading", location)
             continue
