@@ -369,6 +369,13 @@ ICEBERG_EXPORT_ENABLED = _p(
     "Write Iceberg metadata under <table>/metadata/ after every commit (the iceberg-export "
     "post-commit hook; needs the txnlog[iceberg] extra). A failed export never fails the commit.",
 )
+ICEBERG_EXPORT_ASYNC = _p(
+    "txnlog.iceberg.export.async",
+    parse_bool,
+    "false",
+    "Run the iceberg-export hook in one background thread per process instead of on the commit "
+    "path (UniForm's way); a background failure is reported on the next commit's hook_failures.",
+)
 ICEBERG_EXPORT_MAX_COMMITS = _p(
     "txnlog.iceberg.export.maxIncrementalCommits",
     _positive_int,

@@ -24,7 +24,7 @@ def canon(table: pa.Table, columns: list[str] | None = None) -> list[tuple[Any, 
     columns = columns or table.column_names
     rows = table.select(columns).to_pylist()
     # Floats at float32 precision: a float32 partition value widened to double is the same value.
-    return sorted((tuple(f"{r[c]:.6g}" if isinstance(r[c], float) else repr(r[c]) for c in columns) for r in rows))
+    return sorted(tuple(f"{r[c]:.6g}" if isinstance(r[c], float) else repr(r[c]) for c in columns) for r in rows)
 
 
 def delta_rows(uri: str, version: int | None = None) -> pa.Table:

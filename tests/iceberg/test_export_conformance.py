@@ -12,9 +12,8 @@ import pytest
 
 import txnlog
 from txnlog.errors import TxnLogError
-from txnlog.iceberg import IcebergExportError, export
-
 from txnlog.file_facts import is_column_mapped, parse_partition_values, physical_name
+from txnlog.iceberg import IcebergExportError, export
 
 from .helpers import canon, delta_rows, iceberg_rows, local_path
 

@@ -151,3 +151,27 @@ def test_sql_catalog_sees_each_export(tmp_path):
     ours = iceberg_table(uri).metadata
     assert [s.snapshot_id for s in loaded.metadata.snapshots] == [s.snapshot_id for s in ours.snapshots]
     assert loaded.metadata.properties["txnlog.delta.version"] == "3"
+
+
+def test_async_hook_exports_every_commit_off_the_commit_path_and_reports_failures_later(tmp_path):
+    from txnlog.iceberg import wait_for_exports
+
+    uri, table = _table(tmp_path, properties={"txnlog.iceberg.export.enabled": "true", "txnlog.iceberg.export.async": "true"})
+    for i in range(12):
+        assert not table.append(_rows(10 * i)).hook_failures
+    assert wait_for_exports(table, timeout=120)
+    assert sorted(snapshots_by_delta_version(uri)) == list(range(0, 13))  # coalesced runs, still one snapshot per commit
+    assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))
+    # A background failure shows on the next commit's hook_failures, and a later export catches up.
+    store = FaultInjectingStore(open_store(uri))
+    store.fail("put_if_absent", "metadata/*", times=None)
+    faulty = txnlog.Table(uri, store=store)
+    faulty.append(_rows(500))
+    assert wait_for_exports(faulty, timeout=120)
+    reported = faulty.append(_rows(600))
+    assert [f.hook for f in reported.hook_failures] == ["iceberg-export"]
+    wait_for_exports(faulty, timeout=120)
+    table.append(_rows(700))
+    assert wait_for_exports(table, timeout=120)
+    assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))
+    assert sorted(snapshots_by_delta_version(uri)) == list(range(0, table.latest_version() + 1))

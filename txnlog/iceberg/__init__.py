@@ -4,7 +4,8 @@ An engine layer (it imports the core; the core never imports it). Entry points:
 
 - :func:`export` from Python (``txnlog export-iceberg URI`` from the shell);
 - the ``iceberg-export`` post-commit hook, on when ``txnlog.iceberg.export.enabled=true`` or
-  ``delta.universalFormat.enabledFormats`` names ``iceberg``.
+  ``delta.universalFormat.enabledFormats`` names ``iceberg``; with
+  ``txnlog.iceberg.export.async=true`` it runs in a background thread.
 
 See docs/iceberg.md.
 """
@@ -12,11 +13,14 @@ See docs/iceberg.md.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from txnlog import properties as props
 from txnlog.iceberg._datafiles import IcebergExportError
 from txnlog.iceberg._export import DELTA_VERSION_KEY, ExportResult, export, export_snapshot
+from txnlog.table import Table
 from txnlog.txn.hooks import PostCommitContext
 
 log = logging.getLogger(__name__)
@@ -33,15 +37,64 @@ def export_enabled(configuration: Mapping[str, str]) -> bool:
 class IcebergExportHook:
     """The ``iceberg-export`` post-commit hook: exports the committed version. A failure is
     raised to the hook registry, which logs it and reports it on ``CommitResult.hook_failures``
-    without failing the commit; the next export catches up."""
+    without failing the commit; the next export catches up.
+
+    With ``txnlog.iceberg.export.async=true`` the export runs in one background thread (one
+    queued run per table: it exports every commit up to the newest, one snapshot each); a
+    background failure is raised by the next commit's hook call, so it shows on that commit."""
 
     name = "iceberg-export"
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._errors: dict[str, BaseException] = {}
+        self._pending: dict[str, Future[None]] = {}
+
     def __call__(self, ctx: PostCommitContext) -> None:
-        if not export_enabled(ctx.configuration):
+        conf = ctx.configuration
+        with self._lock:
+            error = self._errors.pop(ctx.table.uri, None)
+        if error is not None:
+            raise IcebergExportError(f"background Iceberg export of {ctx.table.uri} after an earlier commit failed: {error}") from error
+        if not export_enabled(conf):
             return
-        result = export_snapshot(ctx.snapshot)
-        log.debug("exported %s version %d to Iceberg: %s", ctx.table.uri, ctx.version, result)
+        if not props.ICEBERG_EXPORT_ASYNC.get(conf):
+            result = export_snapshot(ctx.snapshot)
+            log.debug("exported %s version %d to Iceberg: %s", ctx.table.uri, ctx.version, result)
+            return
+        with self._lock:
+            if ctx.table.uri in self._pending:
+                return  # the queued run reads the newest log when it starts
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="txnlog-iceberg")
+            self._pending[ctx.table.uri] = self._executor.submit(self._run, ctx.table)
+
+    def _run(self, table: Table) -> None:
+        with self._lock:
+            self._pending.pop(table.uri, None)
+        try:
+            export(Table(table.uri, store=table.store, allow_absolute_paths=table.allow_absolute_paths))
+        except Exception as e:
+            log.warning("background Iceberg export of %s failed", table.uri, exc_info=True)
+            with self._lock:
+                self._errors[table.uri] = e
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the background exports queued so far (one thread: a no-op queued after them
+        finishes last); True when they are done."""
+        with self._lock:
+            executor = self._executor
+        if executor is None:
+            return True
+        done, _ = wait([executor.submit(lambda: None)], timeout=timeout)
+        return bool(done)
 
 
-__all__ = ["DELTA_VERSION_KEY", "ExportResult", "IcebergExportError", "IcebergExportHook", "export", "export_enabled"]
+def wait_for_exports(table: Table, timeout: float | None = None) -> bool:
+    """Wait until the background exports ``table``'s hooks queued are done (async mode)."""
+    hook = next((h for h in table.hooks if h.name == IcebergExportHook.name), None)
+    return hook.wait(timeout) if isinstance(hook, IcebergExportHook) else True
+
+
+__all__ = ["DELTA_VERSION_KEY", "ExportResult", "IcebergExportError", "IcebergExportHook", "export", "export_enabled", "wait_for_exports"]
