@@ -197,3 +197,24 @@ def test_two_processes_committing_with_the_hook_never_corrupt_the_metadata(tmp_p
     assert sorted(snapshots_by_delta_version(uri)) == list(range(0, table.latest_version() + 1))
     assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))
     assert iceberg_rows(uri).num_rows == 24
+
+
+def test_commits_to_tables_without_the_export_never_import_pyiceberg(tmp_path):
+    """Every committing process loads the hook entry points; pyiceberg (seconds to import) must
+    load only for tables that export."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import pyarrow as pa
+        import txnlog
+        schema = pa.schema([("id", pa.int64())])
+        table = txnlog.Table.create({str(tmp_path / "plain")!r}, schema)
+        table.append(pa.table({{"id": [1]}}, schema=schema))
+        assert "iceberg-export" in table.hooks
+        assert "pyiceberg" not in sys.modules, "a plain commit imported pyiceberg"
+        exporting = txnlog.Table.create({str(tmp_path / "exporting")!r}, schema, properties={{"txnlog.iceberg.export.enabled": "true"}})
+        assert "pyiceberg" in sys.modules
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -56,6 +56,7 @@ from txnlog.file_facts import (
     stats_leaf,
     table_stats_type,
 )
+from txnlog.iceberg._errors import IcebergExportError
 from txnlog.log.actions import Metadata
 from txnlog.storage.base import LogStore
 from txnlog.storage.paths import locate
@@ -64,10 +65,6 @@ from txnlog.storage.paths import locate
 STRING_PREFIX_LENGTH = 32
 _TIE_BREAKER = "\ufffd"
 _EPOCH_DAY = dt.date(1970, 1, 1)
-
-
-class IcebergExportError(TxnLogError):
-    """The Iceberg export could not be written (names the table, and the file or operation)."""
 
 
 @dataclass(frozen=True)

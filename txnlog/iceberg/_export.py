@@ -61,7 +61,8 @@ from pyiceberg.table.update import (
 
 from txnlog import properties as props
 from txnlog.errors import FileAlreadyExistsError, ObjectNotFoundError, TxnLogError
-from txnlog.iceberg._datafiles import IcebergExportError, data_files, refuse_deletion_vectors
+from txnlog.iceberg._datafiles import data_files, refuse_deletion_vectors
+from txnlog.iceberg._errors import IcebergExportError
 from txnlog.iceberg._io import StoreFileIO
 from txnlog.iceberg._schema import FIRST_PARTITION_FIELD_ID, iceberg_schema, name_mapping, partition_spec, same_schema
 from txnlog.log import codec
