@@ -123,3 +123,19 @@ def test_rebuild_when_the_gap_is_large_and_when_asked(tmp_path):
     assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))
     full = export(uri, full=True)
     assert full.rebuilt and full.snapshot_ids and canon(iceberg_rows(uri)) == canon(delta_rows(uri))
+
+
+def test_a_table_recreated_at_the_same_path_is_rebuilt_not_taken_as_up_to_date(tmp_path):
+    import shutil
+
+    uri = str(tmp_path / "t")
+    table = txnlog.Table.create(uri, SCHEMA)
+    table.append(_batch(0, 3))
+    table.append(_batch(3, 3))
+    export(uri)
+    shutil.rmtree(tmp_path / "t" / "_delta_log")
+    again = txnlog.Table.create(uri, SCHEMA)  # a new table id, at version 0..1 again
+    again.append(_batch(100, 1))
+    result = export(uri)
+    assert result.rebuilt and "table id changed" in (result.rebuild_reason or "")
+    assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))

@@ -584,7 +584,8 @@ def _export(io: StoreFileIO, delta: DeltaSnapshot, full: bool) -> ExportResult:
         base = _read_metadata(io, number) if number is not None else None
         base_location = io.location(f"{METADATA_DIR}/v{number}.metadata.json") if number is not None else None
         last = int(base.properties[DELTA_VERSION_KEY]) if base is not None and DELTA_VERSION_KEY in base.properties else None
-        if not full and last is not None and last >= target and base is not None:
+        same_table = base is not None and base.properties.get(DELTA_TABLE_ID_KEY) in (None, delta.metadata.id)
+        if not full and last is not None and last >= target and same_table:
             return ExportResult(delta.uri, last, last, (), base_location)
         reason = _plan(io, delta, base, last, full)
         if reason is None:
