@@ -520,10 +520,10 @@ def export_iceberg_command(ctx: click.Context, /, uri: str, full: bool, **common
 
     def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
         try:
-            from txnlog import iceberg  # optional: needs the pyiceberg extra (txnlog[iceberg])
+            from txnlog.iceberg import export  # optional: needs the pyiceberg extra (txnlog[iceberg])
         except ImportError as e:  # the optional extra is not installed
             raise TxnLogError(f"export-iceberg needs pyiceberg: pip install 'txnlog[iceberg]' ({e})") from None
-        result = iceberg.export(_table(uri, settings), full=full)
+        result = export(_table(uri, settings), full=full)
 
         def show(d: dict[str, Any]) -> None:
             console = _console()
