@@ -218,3 +218,22 @@ def test_commits_to_tables_without_the_export_never_import_pyiceberg(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_without_pyiceberg_an_exporting_table_commits_and_reports_why_it_did_not_export(tmp_path):
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules["pyiceberg"] = None  # as if the iceberg extra were not installed
+        import pyarrow as pa
+        import txnlog
+        schema = pa.schema([("id", pa.int64())])
+        table = txnlog.Table.create({str(tmp_path / "t")!r}, schema, properties={{"txnlog.iceberg.export.enabled": "true"}})
+        result = table.append(pa.table({{"id": [1]}}, schema=schema))
+        assert result.version == 1
+        [failure] = result.hook_failures
+        assert failure.hook == "iceberg-export" and "pip install 'txnlog[iceberg]'" in str(failure.error), failure
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -3,10 +3,12 @@ entry points, so this module imports no pyiceberg: the export is imported when a
 
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from types import ModuleType
 
 from txnlog import properties as props
 from txnlog.iceberg._errors import IcebergExportError
@@ -14,6 +16,18 @@ from txnlog.table import Table
 from txnlog.txn.hooks import PostCommitContext
 
 log = logging.getLogger(__name__)
+
+
+def _exporter(uri: str) -> ModuleType:
+    """The export module; a table that asks for the export without pyiceberg installed gets an
+    error saying so (on the commit's hook_failures)."""
+    try:
+        return importlib.import_module("._export", __package__)  # optional: pyiceberg, only when a table exports
+    except ImportError as e:
+        raise IcebergExportError(
+            f"table {uri} asks for Iceberg metadata (txnlog.iceberg.export.enabled or delta.universalFormat.enabledFormats) "
+            f"but the export cannot load: {e}; pip install 'txnlog[iceberg]'"
+        ) from e
 
 
 def export_enabled(configuration: Mapping[str, str]) -> bool:
@@ -50,9 +64,7 @@ class IcebergExportHook:
         if not export_enabled(conf):
             return
         if not props.ICEBERG_EXPORT_ASYNC.get(conf):
-            from txnlog.iceberg._export import export_snapshot  # optional: pyiceberg, imported only when a table exports
-
-            result = export_snapshot(ctx.snapshot)
+            result = _exporter(ctx.table.uri).export_snapshot(ctx.snapshot)
             log.debug("exported %s version %d to Iceberg: %s", ctx.table.uri, ctx.version, result)
             return
         with self._lock:
@@ -65,10 +77,8 @@ class IcebergExportHook:
     def _run(self, table: Table) -> None:
         with self._lock:
             self._pending.pop(table.uri, None)
-        from txnlog.iceberg._export import export  # optional: pyiceberg, imported only when a table exports
-
         try:
-            export(Table(table.uri, store=table.store, allow_absolute_paths=table.allow_absolute_paths))
+            _exporter(table.uri).export(Table(table.uri, store=table.store, allow_absolute_paths=table.allow_absolute_paths))
         except Exception as e:
             log.warning("background Iceberg export of %s failed", table.uri, exc_info=True)
             with self._lock:
