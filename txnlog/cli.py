@@ -510,6 +510,36 @@ def vacuum_command(ctx: click.Context, /, uri: str, retention: int | None, dry_r
     _run(settings, body)
 
 
+@_command("export-iceberg")
+@click.argument("uri")
+@click.option("--full", is_flag=True, help="Rebuild the Iceberg snapshot from the full file list instead of commit by commit.")
+@click.pass_context
+def export_iceberg_command(ctx: click.Context, /, uri: str, full: bool, **common: Any) -> None:
+    """Write Iceberg metadata under URI/metadata/: one Iceberg snapshot per Delta commit since the last export."""
+    settings = _settings(ctx, **common)
+
+    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
+        try:
+            from txnlog.iceberg import export  # optional: needs the pyiceberg extra (txnlog[iceberg])
+        except ImportError as e:  # the optional extra is not installed
+            raise TxnLogError(f"export-iceberg needs pyiceberg: pip install 'txnlog[iceberg]' ({e})") from None
+        result = export(_table(uri, settings), full=full)
+
+        def show(d: dict[str, Any]) -> None:
+            console = _console()
+            if not d["snapshot_ids"]:
+                console.print(f"Iceberg metadata already shows version {d['delta_version']}: {d['metadata_location']}")
+                return
+            how = f"rebuilt ({d['rebuild_reason']})" if d["rebuilt"] else "incremental"
+            console.print(
+                f"Exported Delta version {d['delta_version']} as {len(d['snapshot_ids'])} Iceberg snapshot(s), {how}: {d['metadata_location']}"
+            )
+
+        return result.to_dict(), show, EXIT_OK
+
+    _run(settings, body)
+
+
 @_command("restore")
 @click.argument("uri")
 @click.option("--version", "version", type=click.IntRange(min=0), help="Restore to this version.")

@@ -264,7 +264,11 @@ ROW_COMMIT_VERSION_COLUMN = _p(
     "delta.rowTracking.materializedRowCommitVersionColumnName", _text, "", "Column holding materialized row commit versions.", enforced=False
 )
 UNIVERSAL_FORMAT = _p(
-    "delta.universalFormat.enabledFormats", _text, "", "Formats (iceberg, hudi) UniForm keeps in sync.", enforced=False
+    "delta.universalFormat.enabledFormats",
+    _text,
+    "",
+    "Formats (iceberg, hudi) UniForm keeps in sync. txnlog acts on `iceberg`: the iceberg-export "
+    "post-commit hook writes Iceberg metadata after each commit (see docs/iceberg.md); other formats are carried.",
 )
 ICEBERG_COMPAT_V1 = _p("delta.enableIcebergCompatV1", parse_bool, "false", "Iceberg compatibility V1 (UniForm).", enforced=False)
 ICEBERG_COMPAT_V2 = _p("delta.enableIcebergCompatV2", parse_bool, "false", "Iceberg compatibility V2 (UniForm).", enforced=False)
@@ -358,6 +362,27 @@ LOG_EXPIRE_ASYNC = _p(
     "Run log expiry after commits in one background thread (implies the hook is on); a failure "
     "is reported on the next commit.",
 )
+ICEBERG_EXPORT_ENABLED = _p(
+    "txnlog.iceberg.export.enabled",
+    parse_bool,
+    "false",
+    "Write Iceberg metadata under <table>/metadata/ after every commit (the iceberg-export "
+    "post-commit hook; needs the txnlog[iceberg] extra). A failed export never fails the commit.",
+)
+ICEBERG_EXPORT_ASYNC = _p(
+    "txnlog.iceberg.export.async",
+    parse_bool,
+    "false",
+    "Run the iceberg-export hook in one background thread per process instead of on the commit "
+    "path (UniForm's way); a background failure is reported on the next commit's hook_failures.",
+)
+ICEBERG_EXPORT_MAX_COMMITS = _p(
+    "txnlog.iceberg.export.maxIncrementalCommits",
+    _positive_int,
+    "1000",
+    "An Iceberg export more than this many Delta commits behind rebuilds from the latest snapshot "
+    "(one Iceberg snapshot for the gap) instead of one snapshot per commit.",
+)
 CONSUMER_EXPIRATION = _p(
     "txnlog.consumer.expiration-time",
     _optional(parse_duration_ms),
@@ -380,6 +405,20 @@ INVARIANTS_KEY = "delta.invariants"
 GENERATION_EXPRESSION_KEY = "delta.generationExpression"
 IDENTITY_START_KEY = "delta.identity.start"
 RESERVED_DOMAIN_PREFIX = "delta."
+#: Column metadata: ids of array elements and map keys/values under column mapping (IcebergCompat).
+NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
+
+# --- Keys txnlog writes into exported Iceberg metadata (txnlog.iceberg), not Delta properties ---
+#: Iceberg table property and snapshot-summary key: the Delta version the metadata shows.
+ICEBERG_DELTA_VERSION_KEY = "txnlog.delta.version"
+#: Snapshot-summary key: the Delta commit's timestamp (ms since the epoch).
+ICEBERG_DELTA_TIMESTAMP_KEY = "txnlog.delta.timestamp"
+#: Snapshot-summary key: the Delta commit's operation (commitInfo.operation).
+ICEBERG_DELTA_OPERATION_KEY = "txnlog.delta.operation"
+#: Iceberg table property: the Delta table id (metaData.id) the metadata was exported from.
+ICEBERG_DELTA_TABLE_ID_KEY = "txnlog.delta.table-id"
+#: Snapshot-summary key on a snapshot rebuilt from the full file list: why.
+ICEBERG_REBUILD_KEY = "txnlog.export.rebuild"
 
 
 def lookup(key: str) -> TableProperty[Any] | None:
