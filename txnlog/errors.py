@@ -274,6 +274,18 @@ class ConcurrentDeleteDeleteError(CommitConflictError):
     """The winner removed a file this transaction also removes."""
 
 
+class DuplicateMatchError(TxnLogError):
+    """A MERGE found a target row matched by more than one source row, so which source row
+    updates or deletes it is ambiguous (Delta refuses the same). ``uri`` names the table,
+    ``key`` one ambiguous key (column -> value) and ``source_rows`` how many source rows match it."""
+
+    def __init__(self, message: str, *, uri: str, key: dict[str, Any], source_rows: int) -> None:
+        super().__init__(message)
+        self.uri = uri
+        self.key = key
+        self.source_rows = source_rows
+
+
 # --- maintenance -----------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from txnlog.log.checkpoint_writer import checkpoint_from_log
 from txnlog.maintenance import _core, consumers, tags
 from txnlog.maintenance._layout import LogLayout
 
@@ -20,8 +21,11 @@ if TYPE_CHECKING:
 @_core.named_operation("checkpoint")
 def checkpoint(table: Table, version: int | None = None) -> _core.CheckpointResult:
     """Write a checkpoint of ``version`` (default: the latest), classic or V2 as the table's
-    protocol says, and point ``_last_checkpoint`` at it unless it names a newer one."""
-    return _core.write_checkpoint(table.snapshot(version))
+    protocol says, and point ``_last_checkpoint`` at it unless it names a newer one.
+
+    Streamed from the log (the previous checkpoint a row group at a time, then the commits
+    after it), so memory does not grow with the table's file count."""
+    return checkpoint_from_log(table.store, version)
 
 
 def history(table: Table, limit: int | None = None) -> list[HistoryEntry]:
