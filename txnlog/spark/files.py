@@ -93,7 +93,7 @@ def files(
     CorruptCheckpointError naming an unreadable checkpoint file. A malformed commit fails the
     Spark job that evaluates the DataFrame (Spark's JSON reader in FAILFAST mode).
     """
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency: pyspark (txnlog[spark])
 
     store = open_store(uri, storage_options)
     segment = build_segment(store, version)
@@ -212,7 +212,7 @@ _DV_TYPES = ["string", "string", "int", "int", "bigint", "bigint"]
 def _file_struct(source: Column, present: set[str], stats_parsed: bool, dv_present: set[str] | None = None) -> Column:
     """A log-layout add struct as the output layout: fields cast, absent ones null
     (``dv_present``: the deletionVector fields there, when not all of them are)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency: pyspark (txnlog[spark])
 
     columns = []
     for name, col, t in _ADD_FIELDS:
@@ -247,7 +247,7 @@ def _dv_fields(struct_type: Any) -> set[str]:
 
 
 def _checkpoint_actions(spark: SparkSession, store: LogStore, segment: LogSegment, paths: list[str]) -> list[DataFrame]:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency: pyspark (txnlog[spark])
 
     version = segment.checkpoint[0].version
     # Only files that hold add or remove columns (a V2 top-level Parquet file holds neither).
@@ -290,7 +290,7 @@ def _checkpoint_actions(spark: SparkSession, store: LogStore, segment: LogSegmen
 def _commit_lines(spark: SparkSession, store: LogStore, paths: list[str]) -> DataFrame:
     """Every line of the commits (and of a V2 JSON checkpoint), parsed with an explicit
     schema: (version, line, a). The version is the file name's 20-digit prefix."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency: pyspark (txnlog[spark])
 
     # Whole files, so each line's position within its commit is known.
     raw: DataFrame = _reader(spark, store).text([_spark_uri(store, p) for p in paths], wholetext=True)
@@ -306,7 +306,7 @@ def _commit_lines(spark: SparkSession, store: LogStore, paths: list[str]) -> Dat
 
 
 def _file_actions(lines: DataFrame) -> list[DataFrame]:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # optional dependency: pyspark (txnlog[spark])
 
     adds = lines.where(F.col("a.add").isNotNull()).select(
         "version", "line", F.lit(True).alias("is_add"), _file_struct(F.col("a.add"), {n for n, _, _ in _ADD_FIELDS}, False).alias("file")
