@@ -86,10 +86,24 @@ def _by_version(spark: Any, uri: str, versions: list[int]) -> dict[int, list[tup
 # --- the conformance corpus --------------------------------------------------------------------
 
 
+# Every log layout and reader feature of the corpus, for the default run; the whole corpus
+# (a Spark job per table, minutes on two cores) runs under soak.
+DEFAULT_CASES = {
+    "checkpoints",
+    "checkpoint-v2-table",
+    "checkpoint_with_partitions",
+    "delta-0.8.0-partitioned",
+    "python-0.25.5-checkpoint",
+    "table-with-dv-small",
+    "table_with_column_mapping",
+    "table_failed_last_checkpoint_update",
+}
+
+
 def conformance_cases(root: Path, test_name: str) -> list[Any]:
     tables = root / "tables"
     names = sorted(str(p.parent.relative_to(tables)) for p in tables.rglob("_delta_log"))
-    return [pytest.param(name, id=name) for name in names]
+    return [pytest.param(name, id=name, marks=() if name in DEFAULT_CASES else pytest.mark.soak) for name in names]
 
 
 def test_corpus_at_every_version(spark: Any, conformance_dir: Path, conformance_case: str) -> None:
