@@ -219,6 +219,7 @@ def merge_into(
     spark_types = _spark_types(snapshot)
 
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [source]
     try:
         key_columns = [F.col(_quote(source_key)) for _, source_key in condition.pairs]
         all_keys_set = F.lit(True)
@@ -251,7 +252,10 @@ def merge_into(
         outputs = []
         touched = candidates.slice(0, 0)
         if candidates.num_rows:
-            target = _read_tagged(spark, snapshot, candidates).alias("t")
+            # Read once, used twice (which files match, then their rewrite): the tagged read
+            # costs more than the cache.
+            target = _read_tagged(spark, snapshot, candidates).persist(StorageLevel.MEMORY_AND_DISK).alias("t")
+            cached.append(target)
             join = F.expr(condition.sql)
             if matched_clause:
                 touched_paths = _matched_files(txn.table.uri, target, s, join, condition, check_duplicates=not unique_keys)
@@ -306,7 +310,8 @@ def merge_into(
         )
         return metrics
     finally:
-        source.unpersist()
+        for frame in cached:
+            frame.unpersist()
 
 
 def _spark_types(snapshot: Snapshot) -> dict[str, Any]:
