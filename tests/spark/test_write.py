@@ -17,6 +17,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import
 
 import txnlog
 import txnlog.spark as ts
+from tests.storage import conftest as storage_fixtures
 from txnlog.errors import (
     ConcurrentAppendError,
     InvalidArgumentError,
@@ -26,6 +27,10 @@ from txnlog.errors import (
 )
 
 pytestmark = pytest.mark.spark
+
+# A moto S3 server on 127.0.0.1 and a bucket on it (the storage tests' fixtures).
+moto_s3 = storage_fixtures.moto_s3
+s3_bucket = storage_fixtures.s3_bucket
 
 ALL_TYPES = (
     "id long, b byte, s short, i int, f float, d double, dec decimal(20,4), str string, bin binary, "
@@ -242,3 +247,16 @@ def test_replace_where_conflicts_with_a_concurrent_append_it_would_have_read(
         assert ts.write(racing, uri, mode="overwrite", replace_where="p = '1'") == 2
         rows = _sorted(ts.read(spark, uri).collect())
         assert (999, "2") in rows and (100, "1") in rows and (1, "1") not in rows
+
+
+def test_executors_write_to_s3_with_the_storage_options(spark: Any, s3_bucket: str, moto_s3: dict[str, str]) -> None:  # noqa: F811
+    """The storage options reach the executors inside the WriteContext: the files land in moto's
+    bucket and an independent reader (deltalake) sees every row."""
+    deltalake = pytest.importorskip("deltalake")
+    uri = f"{s3_bucket}/events"
+    df = spark.range(0, 500, numPartitions=2).selectExpr("id", "cast(id % 2 as string) as p")
+    assert ts.write(df, uri, partition_by=["p"], storage_options=moto_s3) == 0
+    snap = txnlog.Table(uri, moto_s3).snapshot()
+    assert snap.num_files == 2
+    rows = deltalake.DeltaTable(uri, storage_options=moto_s3).to_pyarrow_table()
+    assert sorted(rows.column("id").to_pylist()) == list(range(500))

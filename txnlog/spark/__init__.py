@@ -9,8 +9,9 @@ Works with a classic SparkSession and over Spark Connect (public DataFrame APIs 
 Importing this module does not import PySpark; calling its functions needs it.
 """
 
+from txnlog.spark._common import SparkJobError
 from txnlog.spark.reader import read, read_files
 from txnlog.spark.transaction import SparkTransaction, transaction
 from txnlog.spark.writer import write, write_files
 
-__all__ = ["SparkTransaction", "read", "read_files", "transaction", "write", "write_files"]
+__all__ = ["SparkJobError", "SparkTransaction", "read", "read_files", "transaction", "write", "write_files"]

@@ -97,6 +97,11 @@ def spark_path_key(column: Any) -> Any:
     return F.regexp_replace(decoded, SCHEME_PREFIX, "")
 
 
+class SparkJobError(TxnLogError):
+    """A Spark job txnlog ran failed for a reason outside txnlog's own checks (an executor lost,
+    a task's Python error); the message carries Spark's. Nothing was committed."""
+
+
 # --- errors raised in tasks -----------------------------------------------------------------
 
 
@@ -113,6 +118,7 @@ def decode_error(text: str) -> TxnLogError:
 
 
 __all__ = [
+    "SparkJobError",
     "arrow_schema_of",
     "decode_error",
     "delta_schema_of",

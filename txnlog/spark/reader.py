@@ -120,7 +120,7 @@ def _deleted_rows(snapshot: Snapshot, files: pa.Table, keys: list[str]) -> pa.Ta
                                     allow_absolute_paths=snapshot.allow_absolute_paths, version=snapshot.version)
         if len(rows):
             row_parts.append(rows.cast(pa.int64()))
-            key_parts.append(pa.array([keys[i]] * len(rows), pa.string()))
+            key_parts.append(pa.repeat(pa.scalar(keys[i], pa.string()), len(rows)))
     if not row_parts:
         return None
     return pa.table({_KEY: pa.concat_arrays(key_parts), _ROW: pa.concat_arrays(row_parts)})

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
@@ -30,7 +31,7 @@ from txnlog.log.codec import decode_action, encode_action
 from txnlog.log.file_actions import FILES_SCHEMA, table_from_log_dicts
 from txnlog.predicates import FilePredicate
 from txnlog.schema import arrow_to_delta_schema
-from txnlog.spark._common import arrow_schema_of, decode_error, delta_schema_of, encode_error, require_dataframe
+from txnlog.spark._common import SparkJobError, arrow_schema_of, decode_error, delta_schema_of, encode_error, require_dataframe
 from txnlog.spark.reader import FILE_COLUMN, read_files
 from txnlog.table import Table
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
@@ -119,7 +120,11 @@ def write_files(
             raise SchemaError(f"partition column '{missing[0]}' is not a column of the DataFrame", field=missing[0])
         df = df.repartition(*columns)
     task = _WriteTask(ctx, data_change, require)
-    rows = df.mapInArrow(task, _RESULT_DDL).collect()  # one small row per file, never the data
+    try:
+        rows = df.mapInArrow(task, _RESULT_DDL).collect()  # one small row per file, never the data
+    except PySparkException as e:
+        # A task failed outside txnlog's own checks (a bad input row, a lost executor...).
+        raise SparkJobError(f"the Spark job writing data files of table {ctx.table_uri} failed: {str(e).strip()[:2000]}") from e
     errors = [r["error"] for r in rows if r["error"] is not None]
     adds = [r["add"] for r in rows if r["add"] is not None]
     if errors:
