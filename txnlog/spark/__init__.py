@@ -15,3 +15,10 @@ from txnlog.spark.transaction import SparkTransaction, transaction
 from txnlog.spark.writer import write, write_files
 
 __all__ = ["SparkJobError", "SparkTransaction", "read", "read_files", "transaction", "write", "write_files"]
+
+# MERGE, OPTIMIZE and the streaming sink (issue 8, second half).
+from txnlog.spark.merge import merge  # noqa: E402
+from txnlog.spark.optimize import OptimizeResult, optimize  # noqa: E402
+from txnlog.spark.sink import foreach_batch_sink  # noqa: E402
+
+__all__ += ["OptimizeResult", "foreach_batch_sink", "merge", "optimize"]
