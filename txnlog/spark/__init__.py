@@ -8,13 +8,29 @@
   overwrite in one atomic commit).
 
 Works with a classic SparkSession and over Spark Connect (public DataFrame APIs only).
-Importing this module does not import PySpark; calling its functions needs it.
+Needs the `spark` extra (PySpark 4, pyroaring); executors need only txnlog, pyarrow and fsspec.
 """
 
 from txnlog.spark._common import SparkJobError
 from txnlog.spark.files import files
+from txnlog.spark.merge import merge
+from txnlog.spark.optimize import OptimizeResult, optimize
 from txnlog.spark.reader import read, read_files
+from txnlog.spark.sink import foreach_batch_sink
 from txnlog.spark.transaction import SparkTransaction, transaction
 from txnlog.spark.writer import write, write_files
 
-__all__ = ["SparkJobError", "SparkTransaction", "files", "read", "read_files", "transaction", "write", "write_files"]
+__all__ = [
+    "OptimizeResult",
+    "SparkJobError",
+    "SparkTransaction",
+    "files",
+    "foreach_batch_sink",
+    "merge",
+    "optimize",
+    "read",
+    "read_files",
+    "transaction",
+    "write",
+    "write_files",
+]

@@ -30,13 +30,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import sqlglot
+from pyspark import StorageLevel
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 from sqlglot import exp
 
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError
 from txnlog.snapshot import Snapshot
+from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
+from txnlog.spark.reader import read_files
+from txnlog.spark.writer import write_files
 from txnlog.table import Table
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
 
@@ -194,11 +201,6 @@ def merge_into(
 ) -> MergeMetrics:
     """Stage a copy-on-write MERGE of ``source_df`` into ``txn``'s table (nothing is committed:
     the caller commits, possibly with more actions such as a streaming batch's app transaction)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from txnlog.spark.writer import write_files
-
     snapshot = txn.snapshot
     if snapshot is None:
         raise InvalidArgumentError(f"merge into {txn.table.uri}: the table does not exist yet")
@@ -219,6 +221,7 @@ def merge_into(
     spark_types = _spark_types(snapshot)
 
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [source]
     try:
         key_columns = [F.col(_quote(source_key)) for _, source_key in condition.pairs]
         all_keys_set = F.lit(True)
@@ -251,7 +254,10 @@ def merge_into(
         outputs = []
         touched = candidates.slice(0, 0)
         if candidates.num_rows:
-            target = _read_tagged(spark, snapshot, candidates).alias("t")
+            # Read once, used twice (which files match, then their rewrite): the tagged read
+            # costs more than the cache.
+            target = _read_tagged(spark, snapshot, candidates).persist(StorageLevel.MEMORY_AND_DISK).alias("t")
+            cached.append(target)
             join = F.expr(condition.sql)
             if matched_clause:
                 touched_paths = _matched_files(txn.table.uri, target, s, join, condition, check_duplicates=not unique_keys)
@@ -306,20 +312,16 @@ def merge_into(
         )
         return metrics
     finally:
-        source.unpersist()
+        for frame in cached:
+            frame.unpersist()
 
 
 def _spark_types(snapshot: Snapshot) -> dict[str, Any]:
-    import orjson
-    from pyspark.sql.types import StructType
-
     # A Delta schemaString is Spark's StructType JSON.
     return {f.name: f.dataType for f in StructType.fromJson(orjson.loads(snapshot.metadata.schema_string)).fields}
 
 
 def _insert_rows(rows: Any, inserts: Mapping[str, str], columns: Sequence[str], spark_types: Mapping[str, Any]) -> Any:
-    from pyspark.sql import functions as F
-
     return rows.select(
         *[(F.expr(inserts[c]) if c in inserts else F.lit(None)).cast(spark_types[c]).alias(c) for c in columns]
     )
@@ -329,8 +331,6 @@ def _matched_files(uri: str, target: Any, source: Any, join: Any, condition: Mer
     """The files holding a matched row; with ``check_duplicates``, raises DuplicateMatchError if
     a target row is matched by more than one source row. One Spark job; only file paths (and
     match counts) come back to the driver."""
-    from pyspark.sql import functions as F
-
     if not check_duplicates:
         matched = target.join(source, join, "left_semi").select(F.col(FILE_COLUMN).alias("file")).distinct()
         return [r["file"] for r in matched.collect()]
@@ -362,9 +362,6 @@ def _matched_files(uri: str, target: Any, source: Any, join: Any, condition: Mer
 
 def _read_tagged(spark: Any, snapshot: Snapshot, files: pa.Table) -> Any:
     """The rows of ``files`` (deletion vectors applied) with the file's log path in FILE_COLUMN."""
-    from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
-    from txnlog.spark.reader import read_files
-
     return read_files(spark, snapshot, files, with_file_column=True).withColumnRenamed(READER_FILE_COLUMN, FILE_COLUMN)
 
 

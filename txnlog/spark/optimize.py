@@ -28,8 +28,11 @@ import pyarrow.compute as pc
 from txnlog import properties as props
 from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
 from txnlog.snapshot import Snapshot
+from txnlog.spark.reader import read_files
+from txnlog.spark.writer import write_files
 from txnlog.table import Table
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
+from txnlog.write.context import WriteContext
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +127,6 @@ def optimize(
     the table's ``delta.targetFileSize``. Returns an :class:`OptimizeResult`; raises the last
     ``CommitConflictError`` if every one of ``max_attempts`` plans lost to a conflicting commit.
     """
-    from txnlog.spark.reader import read_files
-    from txnlog.spark.writer import write_files
-    from txnlog.write.context import WriteContext
-
     if max_attempts < 1:
         raise InvalidArgumentError(f"max_attempts must be at least 1, got {max_attempts}")
     table = _open(uri, storage_options)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txnlog.errors import CommitConflictError, InvalidArgumentError
+from txnlog.spark.merge import merge_into
+from txnlog.spark.writer import write
 from txnlog.table import Table
 
 log = logging.getLogger(__name__)
@@ -156,8 +158,6 @@ class ForeachBatchSink:
         log.info("sink %s batch %d skipped: the table already has this app at batch %d", self.app_id, batch_id, done)
 
     def _commit(self, batch_df: Any, batch_id: int) -> int | None:
-        from txnlog.spark.writer import write
-
         table = self.table()
         if not table.exists() or self.mode == "append":
             snapshot = table.snapshot() if table.exists() else None
@@ -183,8 +183,6 @@ class ForeachBatchSink:
         return self._merge(batch_df, batch_id, table)
 
     def _merge(self, batch_df: Any, batch_id: int, table: Table) -> int | None:
-        from txnlog.spark.merge import merge_into
-
         assert self.merge_on is not None
         with table.transaction("STREAMING UPDATE", operation_parameters={"outputMode": "Update", "epochId": batch_id}) as txn:
             done = txn.app_transaction_version(self.app_id)
