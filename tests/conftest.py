@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -132,8 +133,14 @@ def spark() -> Any:
     pytest.importorskip("pyspark")
     from pyspark.sql import SparkSession
 
+    # Python workers must import this interpreter's txnlog, and every Spark process talks to the
+    # loopback address only (Spark picks the machine's other interface by default here).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     session = (
         SparkSession.builder.master("local[2]")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .appName("txnlog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")

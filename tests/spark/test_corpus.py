@@ -11,16 +11,12 @@ deletion vectors, and the deleted rows themselves are checked to be absent.
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 import pytest
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 import txnlog
 import txnlog.spark as ts

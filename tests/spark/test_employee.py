@@ -8,14 +8,10 @@ only to a compaction, though, is safe to re-run, and txnlog.retry does.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 
 import pyarrow as pa
 import pytest
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")

@@ -4,13 +4,8 @@ ambiguous matches, and conflicts with concurrent writers like any transaction.""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pyarrow as pa
 import pytest
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")

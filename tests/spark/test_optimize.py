@@ -4,15 +4,11 @@ costs a commit retry, a concurrent delete of a file being compacted makes it re-
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 
 import orjson
 import pyarrow as pa
 import pytest
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")

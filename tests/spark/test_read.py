@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 import txnlog.spark as ts
 from txnlog.errors import UnsafePathError

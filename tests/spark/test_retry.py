@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 import txnlog
 from txnlog.errors import ConcurrentAppendError, InvalidArgumentError, MetadataChangedError

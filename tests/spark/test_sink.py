@@ -15,8 +15,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
-
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 

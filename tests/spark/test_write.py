@@ -6,14 +6,11 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 import txnlog
 import txnlog.spark as ts
