@@ -55,6 +55,16 @@ from txnlog.write.stats import StatsCollector
 logger = logging.getLogger(__name__)
 
 
+# What a data file's stream raises when its store fails: the OS's errors and, for object stores
+# written through fsspec, their SDKs' own (botocore's are not OSErrors). Told apart by module so
+# that the SDKs are not imported for it.
+_SDK_MODULES = ("botocore.", "aiobotocore.", "azure.", "google.", "aiohttp.")
+
+
+def _is_store_failure(error: BaseException) -> bool:
+    return isinstance(error, OSError) or any(c.__module__.startswith(_SDK_MODULES) for c in type(error).__mro__)
+
+
 # Rows of one file buffered before they become a row group (Arrow bytes).
 _ROW_GROUP_BYTES = 64 * 1024 * 1024
 # Buffered rows over all open files before the largest buffers are flushed early.
@@ -466,7 +476,9 @@ class _OpenFile:
                 fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 self.sink = fs.open_output_stream(target)
             self.writer = pq.ParquetWriter(self.sink, layout.file_schema, compression=compression)
-        except OSError as e:
+        except Exception as e:
+            if not _is_store_failure(e):
+                raise
             raise StorageError(f"cannot create data file {store.uri_of(path)}: {e}", path=path) from e
 
     def append(self, rows: pa.RecordBatch) -> None:
@@ -488,7 +500,9 @@ class _OpenFile:
                 # faster once made contiguous.
                 table = table.combine_chunks()
             self.writer.write_table(table)
-        except OSError as e:
+        except Exception as e:
+            if not _is_store_failure(e):
+                raise
             raise StorageError(f"cannot write data file {self.path}: {e}", path=self.path) from e
         self.pending, self.pending_bytes = [], 0
 
@@ -498,7 +512,9 @@ class _OpenFile:
             self.writer.close()
             size = self.disk_bytes()
             self.sink.close()
-        except OSError as e:
+        except Exception as e:
+            if not _is_store_failure(e):
+                raise
             raise StorageError(f"cannot finish data file {self.path}: {e}", path=self.path) from e
         return AddFile(
             path=encode_log_path(self.path),
