@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from txnlog import properties as props
-from txnlog.errors import CorruptCheckpointError, TxnLogError, operation_context
+from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError, operation_context
 from txnlog.file_facts import physical_names
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # for annotations only: a Table sits above its snapshots
 
 log = logging.getLogger(__name__)
 
+#: Fresh listings of the log when files vanish under a read (a concurrent expiry).
+_RELISTS = 3
+
 
 def load_state(store: LogStore, version: int | None = None) -> TableState:
     """The table state at ``version`` (the latest when None), read from the newest checkpoint
@@ -41,16 +44,28 @@ def load_state(store: LogStore, version: int | None = None) -> TableState:
     """
     skipped: set[int] = set()
     first_error: CorruptCheckpointError | None = None
+    relists = 0
+    vanished = False  # a file listed was gone when read: a concurrent log expiry
     while True:
         segment = None
         try:
             segment = build_segment(store, version, skip_checkpoints=frozenset(skipped))
             return replay(store, segment)
         except TxnLogError as e:
-            if not (isinstance(e, CorruptCheckpointError) and segment is not None and segment.checkpoint):
+            vanished = vanished or isinstance(e, ObjectNotFoundError) or isinstance(e.__cause__, ObjectNotFoundError)
+            retry_checkpoint = isinstance(e, CorruptCheckpointError) and segment is not None and segment.checkpoint
+            if not retry_checkpoint:
+                if vanished and relists < _RELISTS:
+                    # The log moved on under this read: list it again from scratch.
+                    log.warning("%s: a log file vanished while reading it (%s); listing the log again", store.root_uri, e)
+                    relists += 1
+                    skipped.clear()
+                    first_error, vanished = None, False
+                    continue
                 if first_error is None:
                     raise
                 raise first_error from e  # without that checkpoint, nothing rebuilds the version
+            assert segment is not None and isinstance(e, CorruptCheckpointError)
             first_error = first_error or e
             skipped.add(segment.checkpoint[0].version)
             log.warning(

@@ -215,3 +215,22 @@ def test_vacuum_rereads_the_log_when_expiry_removes_a_commit_under_it(table_root
     assert rule.fired == 1
     assert result.end_version is not None
     assert check_table(uri, acknowledged=set()) == BEFORE
+
+
+@pytest.mark.parametrize("vanishing", [commit_path(3), classic_checkpoint_path(5)])
+def test_a_log_file_vanishing_under_a_read_is_read_again(table_root: Path, vanishing: str) -> None:
+    """Found by the second load run: a fresh reader listed the log, a concurrent expiry deleted
+    a commit or checkpoint, and the read failed. The log is listed again instead."""
+    from txnlog.errors import ObjectNotFoundError
+
+    checkpoint(txnlog.Table(str(table_root)))
+    uri = str(table_root)
+    store = FaultInjectingStore(open_store(uri))
+    gone = lambda op, path: ObjectNotFoundError(f"{path} is gone", path=path)  # noqa: E731
+    operation = "open_input" if "checkpoint" in vanishing else "read"
+    rule = store.fail(operation, vanishing, error=gone)
+    if operation == "read":
+        (table_root / classic_checkpoint_path(5)).unlink()  # so that commit 3 is read
+    snap = txnlog.Table(uri, store=store).snapshot()
+    assert rule.fired == 1 and snap.version == 5
+    assert ids_by_txnlog(uri) == BEFORE
