@@ -31,7 +31,7 @@ from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, TxnLogError
 from txnlog.file_facts import file_keys, is_column_mapped, parse_partition_values, parse_stats, partition_fields, table_stats_type
 from txnlog.log import codec
-from txnlog.log.actions import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, Txn
+from txnlog.log.actions import CheckpointMetadata, Metadata, Protocol, Sidecar
 from txnlog.log.checkpoint_reader import CheckpointSources, checkpoint_sources, sidecar_path
 from txnlog.log.file_actions import (
     ADD_LOG_TYPE,
@@ -43,7 +43,7 @@ from txnlog.log.file_actions import (
 )
 from txnlog.log.filenames import LOG_DIR, SIDECAR_DIR, CheckpointFile, classic_checkpoint_path, version_prefix
 from txnlog.log.last_checkpoint import LastCheckpointHint, read_hint, write_hint
-from txnlog.log.replay import TableState, apply_commits, read_commits, replay
+from txnlog.log.replay import TableState, apply_commits, checkpoint_table_actions, read_commits, replay
 from txnlog.log.segment import LogSegment, build_segment, list_log
 from txnlog.storage.base import LogStore
 
@@ -143,19 +143,7 @@ def checkpoint_from_log(store: LogStore, version: int | None = None, *, now_ms: 
 def _streamed(store: LogStore, segment: LogSegment, sources: CheckpointSources, now: int) -> tuple[TableState, _Content]:
     """The content of a checkpoint at ``segment.version``: ``sources`` (the previous
     checkpoint) brought forward by the segment's commits, as streams."""
-    protocol: Protocol | None = None
-    metadata: Metadata | None = None
-    txns: dict[str, Txn] = {}
-    domains: dict[str, DomainMetadata] = {}
-    for action in sources.non_file_actions:
-        if isinstance(action, Protocol):
-            protocol = action
-        elif isinstance(action, Metadata):
-            metadata = action
-        elif isinstance(action, Txn):
-            txns[action.app_id] = action
-        elif isinstance(action, DomainMetadata) and not action.removed:
-            domains[action.domain] = action
+    protocol, metadata, txns, domains = checkpoint_table_actions(sources.non_file_actions)
     # The commits alone, reconciled among themselves (the same rules and checks as a replay).
     delta = apply_commits(
         read_commits(store, segment.commits, columnar=True),

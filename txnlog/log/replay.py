@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from txnlog.errors import LogCorruptError, TxnLogError
 from txnlog.file_facts import file_keys, is_column_mapped, partition_fields, partition_value_keys
 from txnlog.log import codec
-from txnlog.log.actions import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
+from txnlog.log.actions import Action, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_reader import read_checkpoint
 from txnlog.log.file_actions import (
     FILES_SCHEMA,
@@ -513,6 +513,27 @@ def _check_columnar(commit: Commit) -> None:
                     )
 
 
+def checkpoint_table_actions(
+    actions: Iterable[Action],
+) -> tuple[Protocol | None, Metadata | None, dict[str, Txn], dict[str, DomainMetadata]]:
+    """The protocol, metadata, app transactions and live domains a checkpoint's non-file
+    actions record (a checkpoint holds each at most once, so the last one read stands)."""
+    protocol: Protocol | None = None
+    metadata: Metadata | None = None
+    txns: dict[str, Txn] = {}
+    domains: dict[str, DomainMetadata] = {}
+    for action in actions:
+        if isinstance(action, Protocol):
+            protocol = action
+        elif isinstance(action, Metadata):
+            metadata = action
+        elif isinstance(action, Txn):
+            txns[action.app_id] = action
+        elif isinstance(action, DomainMetadata) and not action.removed:
+            domains[action.domain] = action
+    return protocol, metadata, txns, domains
+
+
 def replay(store: LogStore, segment: LogSegment) -> TableState:
     """The table state at ``segment.version``."""
     where = f"{store.root_uri} version {segment.version}"
@@ -523,15 +544,7 @@ def replay(store: LogStore, segment: LogSegment) -> TableState:
     parts: tuple[Callable[[], pa.Table], ...] = ()
     if segment.checkpoint:
         cp = read_checkpoint(store, segment.checkpoint)
-        for action in cp.non_file_actions:
-            if isinstance(action, Protocol):
-                protocol = action
-            elif isinstance(action, Metadata):
-                metadata = action
-            elif isinstance(action, Txn):
-                txns[action.app_id] = action
-            elif isinstance(action, DomainMetadata) and not action.removed:
-                doms[action.domain] = action
+        protocol, metadata, txns, doms = checkpoint_table_actions(cp.non_file_actions)
         base_files = cp.adds
         parts = (cp.load_tombstones,)
     commits = read_commits(store, segment.commits, columnar=True)
