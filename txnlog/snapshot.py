@@ -7,10 +7,11 @@ it reads from and the log-level :class:`~txnlog.log.replay.TableState`, nothing 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError, operation_context
@@ -28,6 +29,8 @@ if TYPE_CHECKING:  # for annotations only: a Table sits above its snapshots
     from txnlog.table import Table
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Fresh listings of the log when files vanish under a read (a concurrent expiry).
 _RELISTS = 3
@@ -138,19 +141,44 @@ class Snapshot:
 
     @property
     def num_files(self) -> int:
-        return int(self._state.files.num_rows)
+        return self._state.num_files
 
-    def files(self, predicate: str | FilePredicate | None = None) -> pa.Table:
+    def files(self, predicate: str | FilePredicate | None = None, *, stats: bool = True) -> pa.Table:
         """One row per live file (the columns of ``txnlog.log.file_actions.FILES_SCHEMA``).
 
         With a SQL ``predicate``, only files that may hold matching rows, judged by partition
         values and min/max stats. Paths are as the log holds them: :meth:`file_uris` resolves
         them, refusing any that leave the table root.
+
+        A snapshot opened from a checkpoint leaves the files' stats in it until they are asked
+        for: ``stats=False`` gives the list without the ``stats`` column and reads nothing more,
+        and with a predicate only the stats of the files its partition values keep are read.
         """
-        files = self._state.files
+        return self._rebuilt_if_checkpoint_gone(lambda: self._files(predicate, stats), "list its files")
+
+    def _files(self, predicate: str | FilePredicate | None, stats: bool) -> pa.Table:
+        state = self._state
         if predicate is None:
-            return files
-        return self.predicate(predicate).filter(files)
+            return state.files if stats else state.files_without_stats()
+        pred = self.predicate(predicate)
+        if state.pending_stats is None:
+            matched = pred.filter(state.file_list)
+        else:
+            # Files whose stats are still in the checkpoint count as having none here: only
+            # partition values and the other files' stats prune. Then read the survivors' stats.
+            maybe = pc.indices_nonzero(pred.may_match(state.file_list))
+            matched = pred.filter(state.take(maybe))
+        return matched if stats else matched.drop_columns(["stats"])
+
+    def _rebuilt_if_checkpoint_gone(self, read: Callable[[], T], what: str) -> T:
+        try:
+            return read()
+        except CorruptCheckpointError as e:
+            # The state reads tombstones and stats lazily from the checkpoint it was built on,
+            # which log expiry may have deleted since: rebuild this version from the log as it is.
+            log.warning("%s: rebuilding version %d to %s (%s)", self.uri, self.version, what, e)
+            self._state = load_state(self.store, self.version)
+            return read()
 
     def locate(self, path: str) -> FileLocation:
         """Where the data file ``path`` (an ``add.path`` of this snapshot) is; raises
@@ -159,7 +187,7 @@ class Snapshot:
 
     def file_uris(self, predicate: str | FilePredicate | None = None) -> list[str]:
         """Absolute URIs of the live data files; UnsafePathError for a path that leaves the table root."""
-        return [self.locate(p).uri for p in self.files(predicate).column("path").to_pylist()]
+        return [self.locate(p).uri for p in self.files(predicate, stats=False).column("path").to_pylist()]
 
     def predicate(self, predicate: str | FilePredicate) -> FilePredicate:
         if isinstance(predicate, FilePredicate):
@@ -168,13 +196,7 @@ class Snapshot:
 
     def tombstones(self) -> pa.Table:
         """Removed files not live again (the columns of ``TOMBSTONES_SCHEMA``), for vacuum."""
-        try:
-            return self._state.tombstones()
-        except CorruptCheckpointError as e:
-            # As in checkpoint(): the checkpoint the tombstones were to come from is gone.
-            log.warning("%s: rebuilding version %d to list its tombstones (%s)", self.uri, self.version, e)
-            self._state = load_state(self.store, self.version)
-            return self._state.tombstones()
+        return self._rebuilt_if_checkpoint_gone(lambda: self._state.tombstones(), "list its tombstones")
 
     def app_transaction_version(self, app_id: str) -> int | None:
         txn = self._state.app_transactions.get(app_id)
@@ -195,14 +217,9 @@ class Snapshot:
     def checkpoint(self, *, now_ms: int | None = None) -> CheckpointResult:
         """Write a checkpoint of this version (see :func:`txnlog.log.checkpoint_writer.write_checkpoint`)."""
         with operation_context("checkpoint", self.uri, version=self.version):
-            try:
-                return write_checkpoint(self.store, self._state, now_ms=now_ms)
-            except CorruptCheckpointError as e:
-                # The state reads its tombstones lazily from the checkpoint it was built on, which
-                # log expiry may have deleted since: rebuild this version from the log as it is now.
-                log.warning("%s: rebuilding version %d to checkpoint it (%s)", self.uri, self.version, e)
-                self._state = load_state(self.store, self.version)
-                return write_checkpoint(self.store, self._state, now_ms=now_ms)
+            return self._rebuilt_if_checkpoint_gone(
+                lambda: write_checkpoint(self.store, self._state, now_ms=now_ms), "checkpoint it"
+            )
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.store, state, table=self.table, allow_absolute_paths=self.allow_absolute_paths)

@@ -25,7 +25,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -202,8 +202,9 @@ class FaultInjectingStore(LogStore):
     def read(self, path: str) -> bytes:
         return self._call("read", path, lambda: self.inner.read(path))  # type: ignore[no-any-return]
 
-    def read_many(self, paths: list[str]) -> list[bytes]:
-        return [self.read(p) for p in paths]
+    def iter_read(self, paths: Iterable[str], *, ahead: int = 16) -> Iterator[bytes]:
+        for p in paths:
+            yield self.read(p)
 
     def list_from(self, directory: str, start_name: str = "") -> list[FileInfo]:
         rules = self._matching("list", directory)

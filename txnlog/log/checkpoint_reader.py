@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -40,6 +41,8 @@ class CheckpointData:
     non_file_actions: list[Action]
     adds: pa.Table
     load_tombstones: Callable[[], pa.Table] = field(repr=False)
+    #: When the adds were read without their stats: where those are.
+    stats: CheckpointStats | None = None
 
 
 def _fail(part: CheckpointFile, what: str, cause: BaseException | None = None) -> CorruptCheckpointError:
@@ -73,28 +76,88 @@ def _read_file_struct(pf: pq.ParquetFile, column: str, children: list[str], part
 
 def _iter_file_struct(pf: pq.ParquetFile, column: str, children: list[str], part: CheckpointFile) -> Iterator[pa.Table]:
     """The ``column`` rows of each row group in turn, in the snake_case layout (nulls dropped)."""
+    for _group, table in _iter_groups(pf, column, children, part):
+        if table.num_rows:
+            yield table
+
+
+def _iter_groups(
+    pf: pq.ParquetFile, column: str, children: list[str], part: CheckpointFile, *, with_stats: bool = True
+) -> Iterator[tuple[int, pa.Table]]:
+    """(row group, its ``column`` rows in the snake_case layout, nulls dropped) for every row
+    group. Without ``with_stats``, the add rows' stats are left out (null)."""
     kind = "add" if column == "add" else "remove"
     if not children:
         return
-    has_parsed = kind == "add" and "stats_parsed" not in children and bool(_present_children(pf, "add", ("stats_parsed",)))
+    has_parsed = with_stats and kind == "add" and "stats_parsed" not in children and bool(_present_children(pf, "add", ("stats_parsed",)))
     try:
         # One row group at a time: only one group's decoded columns exist beside the result.
         for group in range(pf.metadata.num_row_groups):
             # One thread: as fast here, and the decoding threads' allocator caches cost 40+ MiB.
             struct = pf.read_row_group(group, columns=[f"{column}.{c}" for c in children], use_threads=False).column(column)
-            # With writeStatsAsJson=false the 'stats' string is null or absent: use stats_parsed.
             if has_parsed:
-                stats = pc.struct_field(struct, "stats") if "stats" in children else None
-                if stats is None or pc.any(pc.and_(pc.is_valid(struct), pc.is_null(stats))).as_py():
-                    columns = [f"{column}.{c}" for c in [*children, "stats_parsed"]]
-                    struct = pf.read_row_group(group, columns=columns).column(column)
+                struct = _with_parsed_stats(pf, group, struct, children)
             table = struct_to_table(struct, kind)
             if kind == "add" and table.column("path").null_count:
                 raise _fail(part, "an 'add' row has no path")
-            if table.num_rows:
-                yield table
+            yield group, table
     except (OSError, pa.ArrowException) as e:
         raise _fail(part, f"cannot read column '{column}': {e}") from e
+
+
+def _with_parsed_stats(pf: pq.ParquetFile, group: int, struct: pa.ChunkedArray, children: list[str]) -> pa.ChunkedArray:
+    """With writeStatsAsJson=false the 'stats' string is null or absent: read stats_parsed too."""
+    stats = pc.struct_field(struct, "stats") if "stats" in children else None
+    if stats is None or pc.any(pc.and_(pc.is_valid(struct), pc.is_null(stats))).as_py():
+        struct = pf.read_row_group(group, columns=[f"add.{c}" for c in [*children, "stats_parsed"]]).column("add")
+    return struct
+
+
+@dataclass
+class CheckpointStats:
+    """The stats of a checkpoint's add rows, left in its Parquet files until asked for: a file
+    list's stats (JSON text, hundreds of bytes a file) are most of its memory, and only
+    predicates need them."""
+
+    store: LogStore
+    #: (file, row group, add rows in it) for every row group, in the order the rows were read.
+    groups: list[tuple[CheckpointFile, int, int]]
+
+    def load(self, rows: pa.Array) -> pa.ChunkedArray:
+        """The stats of the add rows at ``rows`` (ascending positions among all the add rows
+        read), one chunk per row group: nothing is copied for a group whose rows are all asked for."""
+        positions = rows.to_numpy(zero_copy_only=False)
+        counts = np.array([n for _, _, n in self.groups], np.int64)
+        ends = np.cumsum(counts)
+        group_of = np.searchsorted(ends, positions, side="right")
+        out: list[pa.Array] = []
+        opened: dict[str, pq.ParquetFile] = {}
+        for g in np.unique(group_of):
+            part, group, count = self.groups[int(g)]
+            local = positions[group_of == g] - (ends[g] - counts[g])
+            if part.path not in opened:
+                opened[part.path] = _open_parquet(self.store, part.path, part)
+            stats = self._group_stats(opened[part.path], part, group, count)
+            out.append(stats if len(local) == count else stats.take(pa.array(local)))
+        return pa.chunked_array(out, pa.string())
+
+    @staticmethod
+    def _group_stats(pf: pq.ParquetFile, part: CheckpointFile, group: int, count: int) -> pa.Array:
+        has_json = bool(_present_children(pf, "add", ("stats",)))
+        has_parsed = bool(_present_children(pf, "add", ("stats_parsed",)))
+        if not has_json and not has_parsed:
+            return pa.nulls(count, pa.string())
+        try:
+            columns = ["add.stats"] if has_json else ["add.stats_parsed"]
+            struct = pf.read_row_group(group, columns=columns, use_threads=False).column("add")
+            if has_json and has_parsed:
+                struct = _with_parsed_stats(pf, group, struct, ["stats"])
+            stats = struct_to_table(struct, "add").column("stats")
+        except (OSError, pa.ArrowException) as e:
+            raise _fail(part, f"cannot read the stats of its 'add' rows: {e}") from e
+        if len(stats) != count:
+            raise _fail(part, f"row group {group} holds {len(stats)} 'add' rows, not the {count} read before")
+        return stats.combine_chunks() if stats.num_chunks != 1 else stats.chunk(0)
 
 
 # A field every action of each kind has: reading it alone says which rows hold that action.
@@ -152,17 +215,25 @@ def _decode_non_file(rows: pa.Table, part: CheckpointFile) -> list[Action]:
 
 
 def _read_parquet_part(
-    store: LogStore, path: str, part: CheckpointFile
+    store: LogStore, path: str, part: CheckpointFile, stats_groups: list[tuple[CheckpointFile, int, int]] | None = None
 ) -> tuple[list[Action], pa.Table, Callable[[], pa.Table]]:
+    """The non-file actions, add rows and a tombstone loader of one Parquet file. With
+    ``stats_groups``, the adds are read without stats and each row group's add count is
+    appended there (for :class:`CheckpointStats`)."""
     pf = _open_parquet(store, path, part)
     names = set(pf.schema_arrow.names)
     non_file = _read_non_file(pf, part)
-    add_children = _present_children(pf, "add", ADD_LOG_FIELD_NAMES)
+    wanted = ADD_LOG_FIELD_NAMES if stats_groups is None else tuple(n for n in ADD_LOG_FIELD_NAMES if n != "stats")
+    add_children = _present_children(pf, "add", wanted)
     if "add" in names and "path" not in add_children:
         raise _fail(part, "its 'add' column has no 'path' field")
-    adds = _read_file_struct(pf, "add", add_children, part)
-    if adds.column("path").null_count:
-        raise _fail(part, "an 'add' row has no path")
+    tables = []
+    for group, table in _iter_groups(pf, "add", add_children, part, with_stats=stats_groups is None):
+        if stats_groups is not None:
+            stats_groups.append((part, group, table.num_rows))
+        if table.num_rows:
+            tables.append(table)
+    adds = concat(tables, FILES_SCHEMA)
     remove_children = _present_children(pf, "remove", REMOVE_LOG_FIELD_NAMES)
 
     def tombstones() -> pa.Table:
@@ -184,12 +255,17 @@ def _constant(table: pa.Table) -> Callable[[], pa.Table]:
     return lambda: table
 
 
-def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointData:
-    """Every action of one checkpoint (all parts, and sidecars for V2)."""
+def read_checkpoint(store: LogStore, parts: list[CheckpointFile], *, defer_stats: bool = False) -> CheckpointData:
+    """Every action of one checkpoint (all parts, and sidecars for V2). With ``defer_stats``,
+    the adds of a Parquet checkpoint come without stats, and ``stats`` says where they are."""
     version = parts[0].version
     non_file: list[Action] = []
     adds: list[pa.Table] = []
     tombstone_loaders: list[Callable[[], pa.Table]] = []
+    # Stats are left in place only when every add row comes from Parquet (V2 JSON holds them inline).
+    stats_groups: list[tuple[CheckpointFile, int, int]] | None = (
+        [] if defer_stats and not any(part.v2_format == "json" for part in parts) else None
+    )
 
     for part in parts:
         if part.v2_format == "json":
@@ -216,7 +292,7 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointD
                 raise _fail(part, f"malformed add/remove action: {e}") from e
             tombstone_loaders.append(_constant(inline_removes))
         else:
-            part_non_file, part_adds, loader = _read_parquet_part(store, part.path, part)
+            part_non_file, part_adds, loader = _read_parquet_part(store, part.path, part, stats_groups)
             non_file.extend(part_non_file)
             adds.append(part_adds)
             tombstone_loaders.append(loader)
@@ -225,7 +301,7 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointD
     for sidecar in sidecars:
         sidecar_part = CheckpointFile(sidecar_path(store, sidecar, version), version)
         try:
-            _nf, sidecar_adds, loader = _read_parquet_part(store, sidecar_part.path, sidecar_part)
+            _nf, sidecar_adds, loader = _read_parquet_part(store, sidecar_part.path, sidecar_part, stats_groups)
         except CorruptCheckpointError as e:
             raise CorruptCheckpointError(
                 f"sidecar of checkpoint {parts[0].path}: {e}", path=sidecar_part.path, version=version
@@ -237,8 +313,8 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile]) -> CheckpointD
         return concat((load() for load in tombstone_loaders), TOMBSTONES_SCHEMA)
 
     non_file = [a for a in non_file if not isinstance(a, Sidecar)]
-    return CheckpointData(version, non_file, concat(adds, FILES_SCHEMA), load_tombstones)
-
+    stats = CheckpointStats(store, stats_groups) if stats_groups is not None else None
+    return CheckpointData(version, non_file, concat(adds, FILES_SCHEMA), load_tombstones, stats)
 
 
 @dataclass

@@ -7,7 +7,6 @@ A file list is an Arrow table, never a Python object per file on the hot path. T
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -140,7 +139,10 @@ def struct_to_table(struct: pa.Array | pa.ChunkedArray, kind: str) -> pa.Table:
             columns.append(pa.nulls(n, t))
             continue
         child = struct.field(log_name)
-        if log_name == "deletionVector":
+        if child.null_count == n:
+            # A field no row has (usually most of them): one shared zero buffer, not one per child.
+            columns.append(pa.nulls(n, t))
+        elif log_name == "deletionVector":
             columns.append(_dv_column(child))
         elif child.type != t:
             columns.append(child.cast(t))
@@ -202,7 +204,7 @@ _ADD_PREFIX = b'{"add":'
 _REMOVE_PREFIX = b'{"remove":'
 
 
-def _json_schema(partition_keys: list[str]) -> pa.Schema:
+def _json_schema(partition_keys: list[str], kinds: tuple[str, ...] = ("add", "remove")) -> pa.Schema:
     """The explicit schema for add/remove lines. Anything outside it (tags, other partition
     keys, fields of later protocol versions) makes the reader fail, and the commit then takes
     the row-wise path: JSON inference would turn strings like '2023-12-22' into timestamps."""
@@ -216,7 +218,9 @@ def _json_schema(partition_keys: list[str]) -> pa.Schema:
             out.append((name, partition_values if name == "partitionValues" else DV_LOG_TYPE if name == "deletionVector" else t))
         return pa.struct(out)
 
-    return pa.schema([("add", struct(_ADD_FIELDS)), ("remove", struct(_REMOVE_FIELDS))])
+    # Only the kinds the commit holds: a column of nulls for the other costs a third of the parse.
+    fields = {"add": _ADD_FIELDS, "remove": _REMOVE_FIELDS}
+    return pa.schema([(kind, struct(fields[kind])) for kind in kinds])
 
 
 @dataclass(frozen=True)
@@ -259,74 +263,120 @@ _FILE_LINE_START = re.compile(rb'^\{"(?:add|remove)":', re.MULTILINE)
 _ADD_LINE = re.compile(rb'^\{"add":[^\n]*$', re.MULTILINE)
 
 
-def _split_head(data: bytes) -> tuple[bytes, bytes] | None:
-    """(the lines before the first file action, the file action lines) when every line from
-    the first add/remove on is an add/remove (no other or blank line, no carriage return);
-    else None. JSON escapes newlines inside strings, so a raw newline always ends a line."""
+def _first_add(data: bytes, start: int) -> bytes:
+    """The first add line from ``start`` on (else the line at ``start``): it names the partition keys."""
+    match = _ADD_LINE.search(data, start)
+    if match:
+        return match.group(0)
+    end = data.find(b"\n", start)
+    return data[start : end if end >= 0 else len(data)]
+
+
+def _split_head(data: bytes) -> tuple[bytes, int] | None:
+    """(the lines before the first file action, the offset where the file action lines begin)
+    when the commit has the usual layout: commitInfo, protocol, metaData first, then file
+    actions. None when there is no file action or a carriage return. Whether every later line
+    really is an add or remove is left to the JSON reader, whose explicit schema refuses any
+    other action; JSON escapes newlines inside strings, so a raw newline always ends a line."""
     if b"\r" in data:
         return None
     first = _FILE_LINE_START.search(data)
     if first is None:
         return None
-    head, body = data[: first.start()], data[first.start() :].rstrip(b"\n")
-    lines = body.count(b"\n") + 1
-    file_lines = body.count(b'\n{"add":') + body.count(b'\n{"remove":') + 1
-    return (head, body) if lines == file_lines else None
+    return data[: first.start()], first.start()
+
+
+@dataclass
+class _FileLines:
+    """The add/remove lines of a commit to parse column-wise, and what the row-wise parser gets."""
+
+    body: bytes | memoryview
+    line_numbers: pa.Array
+    other: list[bytes]
+    first_add: bytes
+    kinds: tuple[str, ...]
+
+
+def _slice_of(data: bytes) -> _FileLines | None:
+    """The usual layout: the file lines are one zero-copy slice of the commit, not thousands of
+    split and re-joined lines."""
+    fast = _split_head(data)
+    if fast is None:
+        return None
+    head, start = fast
+    first = head.count(b"\n")
+    n = data.count(b"\n", start) + (0 if data.endswith(b"\n") else 1)
+    end = data.find(b"\n", start)
+    first_line = data[start : end if end >= 0 else len(data)]
+    return _FileLines(
+        body=memoryview(data)[start:],
+        line_numbers=pc.add(_arange(n), first),
+        other=[line for line in head.splitlines() if line.strip()],
+        first_add=first_line if first_line.startswith(_ADD_PREFIX) else _first_add(data, start),
+        kinds=tuple(k for k, prefix in (("add", _ADD_PREFIX), ("remove", _REMOVE_PREFIX)) if data.find(prefix, start) >= 0),
+    )
+
+
+def _split_of(data: bytes) -> _FileLines | None:
+    """Any layout: the file lines picked out one by one."""
+    lines = data.splitlines()
+    file_lines: list[int] = []
+    other = []
+    for i, line in enumerate(lines):
+        if line.startswith(_ADD_PREFIX) or line.startswith(_REMOVE_PREFIX):
+            file_lines.append(i)
+        elif line.strip():
+            other.append(line)
+    if not file_lines:
+        return None
+    # The partition keys of the first add (removes may omit partitionValues).
+    first_add = next((lines[i] for i in file_lines if lines[i].startswith(_ADD_PREFIX)), lines[file_lines[0]])
+    return _FileLines(b"\n".join(lines[i] for i in file_lines), pa.array(file_lines, pa.int64()), other, first_add, ("add", "remove"))
 
 
 def parse_file_actions(data: bytes, *, path: str, version: int) -> tuple[bytes, ColumnarFileActions] | None:
     """Split a large commit: its add/remove lines parsed column-wise, the rest returned as bytes
     for the row-wise parser. None when the commit needs the row-wise path (tags, odd layout)."""
-    fast = _split_head(data)
-    if fast is not None:
-        # The usual layout (commitInfo, protocol, metaData, then only file actions): the file
-        # lines are one slice of the commit, not thousands of split and re-joined lines.
-        head, body = fast
-        first = head.count(b"\n")
-        n = body.count(b"\n") + (0 if body.endswith(b"\n") else 1)
-        line_numbers = pc.add(_arange(n), first)
-        other = [line for line in head.splitlines() if line.strip()]
-        first_add = body[: body.find(b"\n")] if b"\n" in body else body
-        if not first_add.startswith(_ADD_PREFIX):
-            match = _ADD_LINE.search(body)
-            first_add = match.group(0) if match else first_add
-    else:
-        lines = data.splitlines()
-        file_lines: list[int] = []
-        other = []
-        for i, line in enumerate(lines):
-            if line.startswith(_ADD_PREFIX) or line.startswith(_REMOVE_PREFIX):
-                file_lines.append(i)
-            elif line.strip():
-                other.append(line)
-        if not file_lines:
-            return None
-        body = b"\n".join(lines[i] for i in file_lines)
-        line_numbers = pa.array(file_lines, pa.int64())
-        # The partition keys of the first add (removes may omit partitionValues).
-        first_add = next((lines[i] for i in file_lines if lines[i].startswith(_ADD_PREFIX)), lines[file_lines[0]])
+    for split in (_slice_of, _split_of):
+        lines = split(data)
+        parsed = _read_file_lines(lines) if lines is not None else None
+        if lines is not None and parsed is not None:
+            return b"\n".join(lines.other), _columnar(parsed, lines.line_numbers)
+    return None  # the row-wise parser reports exactly what is wrong, and where
+
+
+def _read_file_lines(lines: _FileLines) -> pa.Table | None:
+    """The lines parsed with an explicit schema, which refuses any other action; None when they
+    do not parse so (or the reader's row count says the lines were miscounted)."""
     try:
-        partition_keys = list((next(iter(orjson.loads(first_add).values())).get("partitionValues") or {}).keys())
-        schema = _json_schema(partition_keys)
+        partition_keys = list((next(iter(orjson.loads(lines.first_add).values())).get("partitionValues") or {}).keys())
         parsed = pj.read_json(
-            io.BytesIO(body),
-            read_options=pj.ReadOptions(block_size=1 << 20),
-            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+            pa.BufferReader(pa.py_buffer(lines.body)),
+            # One block, one thread: commits are parsed in parallel instead (read_commits), and
+            # one chunk needs no merging copy.
+            read_options=pj.ReadOptions(block_size=max(len(lines.body) + 1, 1 << 20), use_threads=False),
+            parse_options=pj.ParseOptions(explicit_schema=_json_schema(partition_keys, lines.kinds), unexpected_field_behavior="error"),
         )
     except (pa.ArrowException, OSError, orjson.JSONDecodeError, AttributeError, StopIteration):
-        return None  # the row-wise parser reports exactly what is wrong, and where
-    if parsed.num_rows != len(line_numbers):
-        return None  # lines the fast split miscounted: the row-wise parser decides
+        return None
+    return parsed if parsed.num_rows == len(lines.line_numbers) else None
+
+
+def _columnar(parsed: pa.Table, line_numbers: pa.Array) -> ColumnarFileActions:
     tables = {}
     for kind in ("add", "remove"):
-        struct = parsed.column(kind).combine_chunks() if kind in parsed.column_names else pa.nulls(len(line_numbers), schema.field(kind).type)
+        if kind not in parsed.column_names:
+            tables[kind] = (empty_table(FILES_SCHEMA if kind == "add" else TOMBSTONES_SCHEMA), pa.array([], pa.int64()))
+            continue
+        column = parsed.column(kind)
+        struct = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         valid = struct.is_valid()
         children = {f.name: struct.field(f.name) for f in struct.type}
         if "partitionValues" in children:
             children["partitionValues"] = _struct_to_string_map(children["partitionValues"])
         rebuilt = pa.StructArray.from_arrays(list(children.values()), names=list(children), mask=pc.invert(valid))
         tables[kind] = (struct_to_table(rebuilt, kind), line_numbers.filter(valid))
-    return b"\n".join(other), ColumnarFileActions(tables["add"][0], tables["add"][1], tables["remove"][0], tables["remove"][1])
+    return ColumnarFileActions(tables["add"][0], tables["add"][1], tables["remove"][0], tables["remove"][1])
 
 
 # --- encoding rows back to the log ------------------------------------------------------------

@@ -12,10 +12,14 @@ The checkpoint's file list stays columnar: commits are applied to it with Arrow 
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,7 +27,8 @@ from txnlog.errors import LogCorruptError, TxnLogError
 from txnlog.file_facts import file_keys, is_column_mapped, partition_fields, partition_value_keys
 from txnlog.log import codec
 from txnlog.log.actions import Action, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
-from txnlog.log.checkpoint_reader import read_checkpoint
+from txnlog.log.checkpoint_reader import CheckpointStats, read_checkpoint
+from txnlog.log.distinct import all_distinct
 from txnlog.log.file_actions import (
     FILES_SCHEMA,
     TOMBSTONES_SCHEMA,
@@ -70,24 +75,36 @@ class Commit:
 COLUMNAR_COMMIT_BYTES = 1 << 20
 
 
-# Commits read per store call when replaying: enough for parallel object-store reads, while
-# only that many commits' bytes are held at once (the parsed tables are what stays).
-_READ_BATCH_FILES = 16
+# Commits read ahead of the parser when replaying from a remote store: enough for parallel
+# object-store reads, while only that many commits' bytes are held at once (the parsed tables
+# are what stays).
+_READ_AHEAD_FILES = 16
+
+
+# Large commits are parsed on this many threads (pyarrow's JSON reader releases the GIL; each
+# parse is single-threaded, which leaves less memory cached in the allocator's thread heaps).
+_PARSE_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
 def read_commits(store: LogStore, files: Iterable[CommitFile], *, columnar: bool = False) -> list[Commit]:
-    """Parse commit files. With ``columnar``, large commits keep their file actions as Arrow,
-    and commits are read a few at a time, each one's bytes dropped once it is parsed."""
+    """Parse commit files. With ``columnar``, large commits keep their file actions as Arrow and
+    are parsed in parallel, and each commit's bytes are dropped once it is parsed."""
     files = list(files)
-    out = []
-    step = _READ_BATCH_FILES if columnar else max(len(files), 1)
-    for start in range(0, len(files), step):
-        group = files[start : start + step]
-        blobs = store.read_many([f.path for f in group])
-        for f, data in zip(group, blobs):
-            out.append(_parse_commit(f, data, columnar))
-        del blobs
-    return out
+    blobs = store.iter_read([f.path for f in files], ahead=_READ_AHEAD_FILES)
+    if not columnar or _PARSE_THREADS == 1:
+        return [_parse_commit(f, data, columnar) for f, data in zip(files, blobs)]
+    out: list[Commit | Future[Commit]] = []
+    in_flight: deque[Future[Commit]] = deque()
+    with ThreadPoolExecutor(_PARSE_THREADS) as pool:
+        for f, data in zip(files, blobs):
+            if len(data) <= COLUMNAR_COMMIT_BYTES:
+                out.append(_parse_commit(f, data, columnar))  # a thread hand-off costs more
+                continue
+            if len(in_flight) >= _PARSE_THREADS:
+                in_flight.popleft().result()  # at most that many commits' bytes held
+            in_flight.append(pool.submit(_parse_commit, f, data, columnar))
+            out.append(in_flight[-1])
+    return [c.result() if isinstance(c, Future) else c for c in out]
 
 
 def _parse_commit(f: CommitFile, data: bytes, columnar: bool) -> Commit:
@@ -100,6 +117,20 @@ def _parse_commit(f: CommitFile, data: bytes, columnar: bool) -> Commit:
 
 
 @dataclass(frozen=True)
+class PendingStats:
+    """Stats still in a checkpoint: those of the first ``len(rows)`` live files, which are the
+    checkpoint's add rows at ``rows`` (replay keeps them first, in checkpoint order)."""
+
+    source: CheckpointStats
+    rows: pa.Array
+
+    def kept(self, mask: pa.Array) -> PendingStats | None:
+        """After the file list was filtered by ``mask``."""
+        rows = self.rows.filter(mask.slice(0, len(self.rows)))
+        return PendingStats(self.source, rows) if len(rows) else None
+
+
+@dataclass(frozen=True)
 class TableState:
     """Everything a snapshot knows, derived only from the log."""
 
@@ -108,14 +139,54 @@ class TableState:
     metadata: Metadata
     app_transactions: Mapping[str, Txn]
     domains: Mapping[str, DomainMetadata]
-    files: pa.Table
+    #: The live files (``FILES_SCHEMA``); the first ``pending_stats.rows`` have null stats
+    #: until :attr:`files` or :meth:`take` reads them from the checkpoint.
+    file_list: pa.Table
     _tombstone_parts: tuple[Callable[[], pa.Table], ...] = field(repr=False, default=())
+    pending_stats: PendingStats | None = field(repr=False, default=None)
     _keys: list[pa.Array] = field(repr=False, default_factory=list, compare=False)
+    _with_stats: list[pa.Table] = field(repr=False, default_factory=list, compare=False)
+
+    @property
+    def num_files(self) -> int:
+        return int(self.file_list.num_rows)
+
+    @property
+    def files(self) -> pa.Table:
+        """Every live file with its stats (read from the checkpoint once, when first asked for)."""
+        pending = self.pending_stats
+        if pending is None:
+            return self.file_list
+        if not self._with_stats:
+            self._with_stats.append(self._fill_stats(self.file_list, pending.source.load(pending.rows)))
+        return self._with_stats[0]
+
+    def files_without_stats(self) -> pa.Table:
+        """Every live file, without the ``stats`` column (nothing is read)."""
+        return self.file_list.drop_columns(["stats"])
+
+    def take(self, positions: pa.Array) -> pa.Table:
+        """The files at ascending ``positions`` of the file list, with their stats."""
+        rows = self.file_list.take(positions)
+        pending = self.pending_stats
+        if pending is None or self._with_stats:
+            return self._with_stats[0].take(positions) if self._with_stats else rows
+        from_checkpoint = positions.filter(pc.less(positions, len(pending.rows)))
+        if not len(from_checkpoint):
+            return rows
+        return self._fill_stats(rows, pending.source.load(pending.rows.take(from_checkpoint)))
+
+    @staticmethod
+    def _fill_stats(files: pa.Table, first: pa.ChunkedArray) -> pa.Table:
+        """``files`` with the stats of its first ``len(first)`` rows replaced by ``first``."""
+        index = files.schema.get_field_index("stats")
+        rest = files.column(index).slice(len(first))
+        return files.set_column(index, "stats", pa.chunked_array([*first.chunks, *rest.chunks], pa.string()))
 
     def file_keys(self) -> pa.Array:
         """The logical-file key of every live file (computed once)."""
         if not self._keys:
-            self._keys.append(file_keys(self.files).cast(pa.string()))
+            self._keys.append(file_keys(self.file_list).cast(pa.string()))
         return self._keys[0]
 
     def tombstones(self) -> pa.Table:
@@ -124,7 +195,7 @@ class TableState:
         if removes.num_rows == 0:
             return removes
         keys = file_keys(removes)
-        live = pc.is_in(keys, value_set=file_keys(self.files))
+        live = pc.is_in(keys, value_set=file_keys(self.file_list))
         removes = removes.filter(pc.invert(live))
         keys = keys.filter(pc.invert(live))
         # Keep the last occurrence of each key: parts are in log order.
@@ -211,7 +282,7 @@ def _check_file_actions(
     keys: pa.Array | pa.ChunkedArray = add_keys
     if removes.num_rows:
         keys = pa.chunked_array([*_chunks(add_keys), file_keys(removes).cast(pa.string())], pa.string())
-    distinct = _all_distinct(keys)
+    distinct = all_distinct(keys)
     if not distinct:
         keys = _combined(keys)
         seqs = pa.concat_arrays([add_seq, remove_seq])
@@ -224,13 +295,20 @@ def _check_file_actions(
             raise _corrupt(commits[int(index)], f"two file actions for {key.split(chr(0))[0]!r} in one commit")
     if not adds.num_rows:
         return distinct
+    ends = [start for start, _ in partition_runs[1:]] + [len(commits)]
+    in_force = [allowed for (start, allowed), end in zip(partition_runs, ends) if start < end]
+    known = [allowed for allowed in in_force if allowed is not None]
+    if len(known) == len(in_force) and len(set(known)) == 1:  # one partitioning throughout
+        # Chunk by chunk: the keys of a million maps at once are a copy of them all.
+        allowed_keys = pa.array(sorted(known[0]), pa.string())
+        if all(
+            pc.all(pc.is_in(partition_value_keys(chunk)[0], value_set=allowed_keys)).as_py() is not False
+            for chunk in adds.column("partition_values").chunks
+        ):
+            return distinct
     names, counts = partition_value_keys(adds.column("partition_values"))
     if not len(names):
         return distinct
-    known = [allowed for _, allowed in partition_runs if allowed is not None]
-    if len(known) == len(partition_runs) and len(set(known)) == 1:  # one partitioning throughout
-        if pc.all(pc.is_in(names, value_set=pa.array(sorted(known[0]), pa.string()))).as_py():
-            return distinct
     offsets = pc.cumulative_sum(pa.concat_arrays([pa.array([0], counts.type), counts])).cast(pa.int32())
     rows = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, names))
     name_commit = pc.shift_right(add_seq.take(rows), 32)
@@ -260,6 +338,7 @@ def apply_commits(
     tombstone_parts: tuple[Callable[[], pa.Table], ...],
     version: int,
     where: str,
+    pending_stats: PendingStats | None = None,
 ) -> TableState:
     txns = dict(app_transactions)
     doms = dict(domains)
@@ -361,7 +440,7 @@ def apply_commits(
     files = base_files
     if add_keys is not None:
         if not all_unchecked:
-            distinct = _all_distinct(add_keys)
+            distinct = all_distinct(add_keys)
         if not removes.num_rows and distinct:
             # Appends of distinct files (the common case): every add is live, no reconciling.
             touched, live = add_keys, adds  # made one array below only if there are base files
@@ -380,7 +459,9 @@ def apply_commits(
             replaced = pc.is_in(file_keys(files), value_set=_combined(touched))
             if pc.any(replaced).as_py():  # copying the whole list only when something changed
                 files = files.filter(pc.invert(replaced))
-        files = concat([files, live], FILES_SCHEMA)
+                if pending_stats is not None:
+                    pending_stats = pending_stats.kept(pc.invert(replaced))
+        files = concat([files, live], FILES_SCHEMA)  # the checkpoint's files stay first
     chunks = files.column(0).num_chunks if files.num_rows else 0
     if chunks > _MAX_CHUNKS and files.num_rows < chunks * _SMALL_CHUNK_ROWS:
         # Each incremental update adds a chunk; per-chunk overhead would grow without bound.
@@ -390,7 +471,7 @@ def apply_commits(
     parts = tombstone_parts
     if removes.num_rows:
         parts = parts + (lambda: removes,)
-    return TableState(version, protocol, metadata, txns, doms, files, parts)
+    return TableState(version, protocol, metadata, txns, doms, files, parts, pending_stats)
 
 
 def _key_column(table: pa.Table) -> pa.Array | pa.ChunkedArray:
@@ -411,24 +492,6 @@ def _combined(keys: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(keys, pa.ChunkedArray):
         return keys.chunk(0) if keys.num_chunks == 1 else keys.combine_chunks()
     return keys
-
-
-_DISTINCT_WINDOW = 65_536
-
-
-def _all_distinct(keys: pa.Array | pa.ChunkedArray) -> bool:
-    """Whether no key repeats: neighbours in sorted order are compared, a window at a time, so
-    only the sort's indices and one window of keys are made (for 1M keys, count_distinct's
-    hash table took several times the keys' size, and a sorted copy their size again)."""
-    n = len(keys)
-    if n <= 1:
-        return True
-    order = pc.sort_indices(keys)
-    for start in range(0, n - 1, _DISTINCT_WINDOW):
-        window = keys.take(order[start : start + _DISTINCT_WINDOW + 1])
-        if pc.any(pc.equal(window[1:], window[:-1])).as_py():
-            return False
-    return True
 
 
 def _concat_arrays(arrays: list[pa.Array]) -> pa.Array:
@@ -542,11 +605,14 @@ def replay(store: LogStore, segment: LogSegment) -> TableState:
     doms: dict[str, DomainMetadata] = {}
     base_files = FILES_SCHEMA.empty_table()
     parts: tuple[Callable[[], pa.Table], ...] = ()
+    pending = None
     if segment.checkpoint:
-        cp = read_checkpoint(store, segment.checkpoint)
+        cp = read_checkpoint(store, segment.checkpoint, defer_stats=True)
         protocol, metadata, txns, doms = checkpoint_table_actions(cp.non_file_actions)
         base_files = cp.adds
         parts = (cp.load_tombstones,)
+        if cp.stats is not None and cp.adds.num_rows:
+            pending = PendingStats(cp.stats, pa.array(np.arange(cp.adds.num_rows, dtype=np.int64)))
     commits = read_commits(store, segment.commits, columnar=True)
     return apply_commits(
         commits,
@@ -558,6 +624,7 @@ def replay(store: LogStore, segment: LogSegment) -> TableState:
         tombstone_parts=parts,
         version=segment.version,
         where=where,
+        pending_stats=pending,
     )
 
 
@@ -567,7 +634,7 @@ def advance(state: TableState, commits: list[Commit], where: str) -> TableState:
         return state
     return apply_commits(
         commits,
-        base_files=state.files,
+        base_files=state.file_list,
         protocol=state.protocol,
         metadata=state.metadata,
         app_transactions=state.app_transactions,
@@ -575,5 +642,6 @@ def advance(state: TableState, commits: list[Commit], where: str) -> TableState:
         tombstone_parts=state._tombstone_parts,
         version=commits[-1].version,
         where=where,
+        pending_stats=state.pending_stats,
     )
 

@@ -84,9 +84,9 @@ def _protected(table: Table, *, horizon: int, progress: Progress | None) -> tupl
     snapshot = table.snapshot()
     layout = LogLayout.of(table.store)
     earliest = layout.earliest
-    protected = set(_core.referenced_paths(uri, snapshot.files(), version=snapshot.version))
+    protected = set(_core.referenced_paths(uri, snapshot.files(stats=False), version=snapshot.version))
     if earliest < snapshot.version:
-        protected.update(_core.referenced_paths(uri, table.snapshot(earliest).files(), version=earliest))
+        protected.update(_core.referenced_paths(uri, table.snapshot(earliest).files(stats=False), version=earliest))
         versions = range(earliest + 1, snapshot.version + 1)
         for start in range(0, len(versions), 1000):  # bounded batches of commit files in memory
             batch = [layout.listing.commits[v] for v in versions[start : start + 1000]]
@@ -96,7 +96,7 @@ def _protected(table: Table, *, horizon: int, progress: Progress | None) -> tupl
                 progress("reading the log", min(start + 1000, len(versions)), len(versions))
     for tag in tags.list_tags(table):
         if tag.version not in (snapshot.version, earliest):
-            protected.update(_core.referenced_paths(uri, table.snapshot(tag.version).files(), version=tag.version))
+            protected.update(_core.referenced_paths(uri, table.snapshot(tag.version).files(stats=False), version=tag.version))
     tombstones = snapshot.tombstones()
     _core.referenced_paths(uri, tombstones)  # refuse on any escaping path, even an expired one
     if tombstones.num_rows:

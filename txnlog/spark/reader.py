@@ -64,7 +64,7 @@ def read(
     """
     table = Table(uri, storage_options, allow_absolute_paths=allow_absolute_paths)
     snapshot = table.snapshot(version=version, timestamp=timestamp)
-    df = read_files(spark, snapshot, snapshot.files(predicate) if predicate is not None else snapshot.files())
+    df = read_files(spark, snapshot, snapshot.files(predicate, stats=False))
     if predicate is not None:
         df = df.filter(F.expr(predicate))
     return df

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import itertools
 import uuid
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -48,12 +50,29 @@ class LogStore(abc.ABC):
     def read(self, path: str) -> bytes:
         """Whole object; raises ObjectNotFoundError when absent."""
 
-    def read_many(self, paths: list[str]) -> list[bytes]:
-        """Several whole objects, in order; remote stores fetch them concurrently."""
-        if len(paths) <= 1:
-            return [self.read(p) for p in paths]
-        with ThreadPoolExecutor(min(16, len(paths))) as pool:
-            return list(pool.map(self.read, paths))
+    def iter_read(self, paths: Iterable[str], *, ahead: int = 16) -> Iterator[bytes]:
+        """Several whole objects, in order, each yielded as it is needed: remote stores keep up to
+        ``ahead`` reads in flight, so only that many objects' bytes are held at once."""
+        paths = list(paths)
+        if len(paths) <= 1 or ahead <= 1:
+            for p in paths:
+                yield self.read(p)
+            return
+        with ThreadPoolExecutor(min(ahead, len(paths))) as pool:
+            pending: deque[Future[bytes]] = deque()
+            queued = iter(paths)
+            for p in itertools.islice(queued, ahead):
+                pending.append(pool.submit(self.read, p))
+            try:
+                while pending:
+                    data = pending.popleft().result()
+                    nxt = next(queued, None)
+                    if nxt is not None:
+                        pending.append(pool.submit(self.read, nxt))
+                    yield data
+            finally:
+                for future in pending:
+                    future.cancel()
 
     @abc.abstractmethod
     def list_from(self, directory: str, start_name: str = "") -> list[FileInfo]:

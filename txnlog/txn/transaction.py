@@ -209,7 +209,7 @@ class OptimisticTransaction:
         if self.snapshot is None:
             return self._files()
         pred = self.snapshot.predicate(predicate)
-        matched = pred.filter(self._files())
+        matched = self.snapshot.files(pred)
         self.read_predicates.append(pred)
         self._read_keys.append(file_keys(matched))
         return matched

@@ -1,0 +1,138 @@
+"""A snapshot opened from a checkpoint leaves the files' stats in it until they are asked for.
+
+Each answer is compared with the same table read from its JSON commits alone (the checkpoint
+removed from a copy), where every stat is parsed eagerly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+
+import txnlog
+from txnlog.log import checkpoint_reader
+from txnlog.log.filenames import LAST_CHECKPOINT, LOG_DIR
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("part", pa.string())])
+
+
+def _rows(start: int, n: int, part: str) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table({"id": ids, "name": [f"n{i}" for i in ids], "part": [part] * n}, schema=SCHEMA)
+
+
+def _build(tmp_path: Path, properties: dict[str, str] | None = None) -> str:
+    uri = str(tmp_path / "t")
+    table = txnlog.Table.create(uri, SCHEMA, partition_by=["part"], properties=properties or {})
+    for i in range(12):
+        table.append(_rows(i * 10, 10, f"p{i % 3}"))
+    table.snapshot().checkpoint()
+    # After the checkpoint: removes of checkpointed files, new files.
+    with table.transaction(operation="DELETE") as txn:
+        txn.remove_files(txn.filter_files("part = 'p1' AND id < 40"))
+    table.append(_rows(1000, 5, "p2"))
+    return uri
+
+
+def _json_only(uri: str, tmp_path: Path) -> str:
+    copy = str(tmp_path / "json-only")
+    shutil.copytree(uri, copy)
+    log_dir = os.path.join(copy, LOG_DIR)
+    for name in os.listdir(log_dir):
+        if ".checkpoint" in name or name == LAST_CHECKPOINT:
+            os.unlink(os.path.join(log_dir, name))
+    return copy
+
+
+def _by_path(files: pa.Table) -> pa.Table:
+    return files.sort_by("path")
+
+
+class _CountingLoads:
+    """Counts the stats rows read from checkpoints (the reads themselves are real)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rows = 0
+        load = checkpoint_reader.CheckpointStats.load
+
+        def counted(source: checkpoint_reader.CheckpointStats, rows: pa.Array) -> pa.ChunkedArray:
+            self.rows += len(rows)
+            return load(source, rows)
+
+        monkeypatch.setattr(checkpoint_reader.CheckpointStats, "load", counted)
+
+
+def test_files_with_and_without_stats_match_the_commits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = _build(tmp_path)
+    expected = _by_path(txnlog.Table(_json_only(uri, tmp_path)).snapshot().files())
+    loads = _CountingLoads(monkeypatch)
+    snap = txnlog.Table(uri).snapshot()
+    assert snap.state.pending_stats is not None  # opened from the checkpoint, stats left there
+
+    without = snap.files(stats=False)
+    assert "stats" not in without.column_names and loads.rows == 0
+    assert _by_path(without).equals(expected.drop_columns(["stats"]))
+    assert snap.num_files == expected.num_rows
+
+    assert _by_path(snap.files()).equals(expected)
+    assert 0 < loads.rows < expected.num_rows  # only the files still live from the checkpoint
+    assert all(orjson.loads(s)["numRecords"] in (5, 10) for s in snap.files().column("stats").to_pylist())
+
+
+@pytest.mark.parametrize("predicate", ["part = 'p0'", "part = 'p0' AND id >= 30", "id > 105", "name = 'n3'", "id < 0"])
+def test_a_predicate_reads_only_the_stats_partitions_keep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, predicate: str
+) -> None:
+    uri = _build(tmp_path)
+    json_snap = txnlog.Table(_json_only(uri, tmp_path)).snapshot()
+    expected = _by_path(json_snap.files(predicate))
+    loads = _CountingLoads(monkeypatch)
+    snap = txnlog.Table(uri).snapshot()
+    assert _by_path(snap.files(predicate)).equals(expected)
+    assert _by_path(snap.files(predicate, stats=False)).equals(expected.drop_columns(["stats"]))
+    if predicate.startswith("part = 'p0'"):
+        live_from_checkpoint = len(snap.state.pending_stats.rows)  # type: ignore[union-attr]
+        assert loads.rows <= 2 * (live_from_checkpoint // 3 + 1)  # p0's share, asked twice
+    # The transaction's read goes the same way and records what it read.
+    with txnlog.Table(uri).transaction() as txn:
+        assert _by_path(txn.filter_files(predicate)).equals(expected)
+        txn.abort()
+
+
+def test_stats_stay_right_as_the_snapshot_moves_forward(tmp_path: Path) -> None:
+    uri = _build(tmp_path)
+    table = txnlog.Table(uri)
+    snap = table.snapshot()
+    with table.transaction(operation="DELETE") as txn:
+        txn.remove_files(txn.filter_files("part = 'p2' AND id < 60"))
+    table.append(_rows(2000, 3, "p0"))
+    moved = snap.update()
+    assert moved.version == snap.version + 2 and moved.state.pending_stats is not None
+    json_snap = txnlog.Table(_json_only(uri, tmp_path)).snapshot()
+    assert _by_path(moved.files()).equals(_by_path(json_snap.files()))
+    assert _by_path(moved.files("id >= 2000")).equals(_by_path(json_snap.files("id >= 2000")))
+
+
+def test_a_checkpoint_deleted_after_opening_is_read_around(tmp_path: Path) -> None:
+    uri = _build(tmp_path)
+    expected = _by_path(txnlog.Table(_json_only(uri, tmp_path)).snapshot().files())
+    snap = txnlog.Table(uri).snapshot()
+    log_dir = os.path.join(uri, LOG_DIR)
+    for name in os.listdir(log_dir):
+        if ".checkpoint" in name:
+            os.unlink(os.path.join(log_dir, name))  # a log expiry between open and use
+    assert _by_path(snap.files()).equals(expected)
+
+
+def test_stats_written_only_as_a_struct_are_read_back_as_json(tmp_path: Path) -> None:
+    uri = _build(tmp_path, {"delta.checkpoint.writeStatsAsJson": "false", "delta.checkpoint.writeStatsAsStruct": "true"})
+    expected = _by_path(txnlog.Table(_json_only(uri, tmp_path)).snapshot().files())
+    got = _by_path(txnlog.Table(uri).snapshot().files())
+    assert got.drop_columns(["stats"]).equals(expected.drop_columns(["stats"]))
+    for ours, theirs in zip(got.column("stats").to_pylist(), expected.column("stats").to_pylist()):
+        assert orjson.loads(ours) == orjson.loads(theirs)
