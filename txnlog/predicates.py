@@ -20,13 +20,11 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.acero as acero
 import pyarrow.compute as pc
-import sqlglot
-from sqlglot import exp
-from sqlglot.dialects.spark import Spark
 
 from txnlog.errors import InvalidPredicateError
 from txnlog.file_facts import (
@@ -59,24 +57,55 @@ MAX_PREDICATE_TOKENS = 200_000
 MAX_PREDICATE_TERMS = 4_096
 
 
-class _SparkQuotedIdentifiers(Spark):
-    """Spark SQL, except that double quotes delimit identifiers (as in ANSI SQL), not strings."""
+if TYPE_CHECKING:
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.dialects.dialect import Dialect
 
-    class Tokenizer(Spark.Tokenizer):
-        QUOTES = ["'"]
-        IDENTIFIERS = ["`", '"']
+
+
+class _Parsing:
+    """What parsing needs from sqlglot, filled in by :func:`_load_sqlglot`."""
+
+    dialect: type[Dialect]
+    comparisons: dict[type[exp.Expression], str]
+
+
+_SQL = _Parsing()
+
+
+def _load_sqlglot() -> None:
+    """Import sqlglot when the first predicate is parsed, not with txnlog: reading a table
+    without a predicate need not hold the parser (12 MiB resident). Binds the module-level
+    names the parsing methods use."""
+    if hasattr(_SQL, "dialect"):
+        return
+    import sqlglot  # deferred: the parser
+    from sqlglot import exp  # deferred: the parser
+    from sqlglot.dialects.spark import Spark  # deferred: the parser
+
+    class _SparkQuotedIdentifiers(Spark):
+        """Spark SQL, except that double quotes delimit identifiers (as in ANSI SQL), not strings."""
+
+        class Tokenizer(Spark.Tokenizer):
+            QUOTES = ["'"]
+            IDENTIFIERS = ["`", '"']
+
+    comparisons: dict[type[exp.Expression], str] = {
+        exp.EQ: "=",
+        exp.NEQ: "<>",
+        exp.LT: "<",
+        exp.LTE: "<=",
+        exp.GT: ">",
+        exp.GTE: ">=",
+    }
+    globals().update(sqlglot=sqlglot, exp=exp)  # the names the parsing methods use
+    _SQL.comparisons = comparisons
+    _SQL.dialect = _SparkQuotedIdentifiers  # last: its presence says all is bound
 
 
 # --- the predicate tree ------------------------------------------------------------------------
 
-_COMPARISONS: dict[type[exp.Expression], str] = {
-    exp.EQ: "=",
-    exp.NEQ: "<>",
-    exp.LT: "<",
-    exp.LTE: "<=",
-    exp.GT: ">",
-    exp.GTE: ">=",
-}
 _NEGATED = {"=": "<>", "<>": "=", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _FLIPPED = {"=": "=", "<>": "<>", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
 _ARROW_COMPARE: dict[str, Callable[..., pc.Expression]] = {
@@ -414,6 +443,7 @@ class FilePredicate:
         partition_columns: Sequence[str],
         physical_names: Mapping[str, str] | None = None,
     ) -> None:
+        _load_sqlglot()
         self.sql = sql
         self.schema = schema
         self._by_lower = {f.name.lower(): f for f in schema}
@@ -422,7 +452,7 @@ class FilePredicate:
         self.partition_columns = tuple(self._resolve_top(p, where="partition column").name for p in partition_columns)
         self._check_shape()
         try:
-            parsed = sqlglot.parse_one(sql, read=_SparkQuotedIdentifiers)
+            parsed = sqlglot.parse_one(sql, read=_SQL.dialect)
             if not isinstance(parsed, exp.Expression):
                 raise self._error("is empty")
             self._tree = self._build(parsed, negated=False)
@@ -471,7 +501,7 @@ class FilePredicate:
     def _check_shape(self) -> None:
         """Refuse predicates too deep or too long to parse, before the (recursive) parser sees them."""
         try:
-            tokens = _SparkQuotedIdentifiers().tokenize(self.sql)
+            tokens = _SQL.dialect().tokenize(self.sql)
         except sqlglot.errors.SqlglotError as e:
             raise self._error(f"cannot parse: {str(e).splitlines()[0]}") from None
         if len(tokens) > MAX_PREDICATE_TOKENS:
@@ -552,8 +582,8 @@ class FilePredicate:
             if not pa.types.is_boolean(column.type):
                 raise self._error(f"uses column '{column.dotted}' of type {column.type} as a condition")
             return _Compare(column, "=", pa.scalar(not negated))
-        if type(e) in _COMPARISONS:
-            return self._build_comparison(e.this, _COMPARISONS[type(e)], e.expression, negated)
+        if type(e) in _SQL.comparisons:
+            return self._build_comparison(e.this, _SQL.comparisons[type(e)], e.expression, negated)
         if isinstance(e, (exp.NullSafeEQ, exp.NullSafeNEQ)):
             return self._build_null_safe(e, negated)
         if isinstance(e, exp.Between):
@@ -569,7 +599,7 @@ class FilePredicate:
         raise self._unsupported(e)
 
     def _unsupported(self, e: exp.Expression) -> InvalidPredicateError:
-        text = e.sql(dialect=_SparkQuotedIdentifiers)
+        text = e.sql(dialect=_SQL.dialect)
         return self._error(f"uses an unsupported construct: {type(e).__name__} ({text})")
 
     def _is_column(self, e: exp.Expression) -> bool:
@@ -727,9 +757,9 @@ class FilePredicate:
             if inner is None:
                 return None
             target = self._sql_type(e.to)
-            return self._cast(inner, target, f"{e.sql(dialect=_SparkQuotedIdentifiers)}")
+            return self._cast(inner, target, f"{e.sql(dialect=_SQL.dialect)}")
         if self._is_column(e):
-            text = e.sql(dialect=_SparkQuotedIdentifiers)
+            text = e.sql(dialect=_SQL.dialect)
             raise self._error(f"compares column '{text}' where a literal was expected")
         raise self._unsupported(e)
 
@@ -772,7 +802,7 @@ class FilePredicate:
             params = [int(p.this.this) for p in dt.expressions] if dt.expressions else [10, 0]
             precision, scale = (params + [0])[:2]
             return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(precision, scale)
-        raise self._error(f"casts to unsupported type {dt.sql(dialect=_SparkQuotedIdentifiers)}")
+        raise self._error(f"casts to unsupported type {dt.sql(dialect=_SQL.dialect)}")
 
     def _cast(self, value: pa.Scalar, target: pa.DataType, what: str) -> pa.Scalar:
         if value.type == target:

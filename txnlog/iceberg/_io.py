@@ -34,9 +34,11 @@ class _StoreOutputStream(io.BytesIO):
         super().close()
 
 
-class _StoreInputFile(InputFile):
+class _StoreObject:
+    """What pyiceberg's input and output files share here: one object of the store."""
+
     def __init__(self, store: LogStore, location: str, path: str) -> None:
-        super().__init__(location)
+        super().__init__(location)  # InputFile / OutputFile, next in the MRO
         self._store = store
         self._path = path
 
@@ -46,22 +48,13 @@ class _StoreInputFile(InputFile):
     def exists(self) -> bool:
         return self._store.exists(self._path)
 
+
+class _StoreInputFile(_StoreObject, InputFile):
     def open(self, seekable: bool = True) -> InputStream:
         return io.BytesIO(self._store.read(self._path))
 
 
-class _StoreOutputFile(OutputFile):
-    def __init__(self, store: LogStore, location: str, path: str) -> None:
-        super().__init__(location)
-        self._store = store
-        self._path = path
-
-    def __len__(self) -> int:
-        return self._store.info(self._path).size
-
-    def exists(self) -> bool:
-        return self._store.exists(self._path)
-
+class _StoreOutputFile(_StoreObject, OutputFile):
     def to_input_file(self) -> InputFile:
         return _StoreInputFile(self._store, self.location, self._path)
 

@@ -22,7 +22,6 @@ import uuid
 import zlib
 from typing import TYPE_CHECKING
 
-import fsspec
 import pyarrow as pa
 
 from txnlog.errors import TxnLogError, UnsafePathError, UnsupportedFeatureError
@@ -151,6 +150,8 @@ def _read_from_file(
         if location.relative is not None:
             blob = store.read(location.relative)
         else:  # an absolute path the user allowed: read it with fsspec
+            import fsspec  # deferred: fsspec
+
             with fsspec.open(location.uri, "rb") as f:
                 blob = f.read()
     except TxnLogError as e:

@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from txnlog.errors import FileNotLiveError, InvalidArgumentError, InvalidArgumentTypeError, TransactionError
 from txnlog.log.actions import AddFile
 from txnlog.spark._common import require_dataframe
-from txnlog.spark.reader import FILE_COLUMN, read_files
-from txnlog.spark.writer import check_schema, files_table, remove_where, write_files
+from txnlog.spark.reader import read_files
+from txnlog.spark.writer import check_schema, files_table, files_with_matches, remove_where, write_files
 from txnlog.table import Table
 from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
@@ -164,12 +164,10 @@ class SparkTransaction:
         candidates = snapshot.predicate(predicate).filter(self._live())
         if candidates.num_rows == 0:
             return 0
-        matches = F.coalesce(F.expr(predicate), F.lit(False))
-        rows = read_files(self.spark, snapshot, candidates, with_file_column=True)
-        touched = sorted({r[0] for r in rows.filter(matches).select(FILE_COLUMN).distinct().collect()})
-        if not touched:
+        hit = files_with_matches(self.spark, snapshot, candidates, predicate)
+        if hit.num_rows == 0:
             return 0
-        hit = candidates.filter(pc.is_in(candidates.column("path"), pa.array(touched, pa.string())))
+        matches = F.coalesce(F.expr(predicate), F.lit(False))
         source = read_files(self.spark, snapshot, hit)
         new_values = {names[c.lower()]: e for c, e in set.items()}
         types = {f.name: f.dataType for f in source.schema.fields}

@@ -31,6 +31,7 @@ from txnlog.log.codec import decode_action, encode_action
 from txnlog.log.file_actions import FILES_SCHEMA, table_from_log_dicts
 from txnlog.predicates import FilePredicate
 from txnlog.schema import arrow_to_delta_schema
+from txnlog.snapshot import Snapshot
 from txnlog.spark._common import SparkJobError, arrow_schema_of, decode_error, delta_schema_of, encode_error, require_dataframe
 from txnlog.spark.reader import FILE_COLUMN, read_files
 from txnlog.table import Table
@@ -210,17 +211,23 @@ def remove_where(
     if snapshot.predicate(predicate).matches_partition_only():
         txn.remove_files(candidates)
         return candidates, []
-    rows = read_files(spark, snapshot, candidates, with_file_column=True)
-    matches = F.coalesce(F.expr(predicate), F.lit(False))
-    touched = sorted({r[0] for r in rows.filter(matches).select(FILE_COLUMN).distinct().collect()})
-    hit = candidates.filter(pc.is_in(candidates.column("path"), pa.array(touched, pa.string())))
+    hit = files_with_matches(spark, snapshot, candidates, predicate)
     if hit.num_rows == 0:
         return hit, []
-    kept = read_files(spark, snapshot, hit).filter(~matches)
+    kept = read_files(spark, snapshot, hit).filter(~F.coalesce(F.expr(predicate), F.lit(False)))
     adds = write_files(kept, ctx or txn.write_context())
     txn.add_files(adds)
     txn.remove_files(hit)
     return hit, adds
+
+
+def files_with_matches(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, predicate: str) -> pa.Table:
+    """The rows of ``candidates`` (a file list) holding a row on which ``predicate`` is TRUE:
+    the files a copy-on-write DELETE or UPDATE must rewrite. One Spark job over the candidates."""
+    rows = read_files(spark, snapshot, candidates, with_file_column=True)
+    matches = F.coalesce(F.expr(predicate), F.lit(False))
+    touched = sorted({r[0] for r in rows.filter(matches).select(FILE_COLUMN).distinct().collect()})
+    return candidates.filter(pc.is_in(candidates.column("path"), pa.array(touched, pa.string())))
 
 
 def files_table(adds: Sequence[AddFile]) -> pa.Table:

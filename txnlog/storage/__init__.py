@@ -17,13 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import fsspec
-
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, StorageError
 from txnlog.storage.base import FileInfo, LogStore
-from txnlog.storage.fsspec_store import FsspecLogStore
 from txnlog.storage.local import LocalLogStore
-from txnlog.storage.memory import MemoryLogStore
+
+# fsspec and the stores built on it are imported when a URI needs them: a local table's
+# process need not hold them (12 MiB resident).
 
 __all__ = ["FileInfo", "LogStore", "LocalLogStore", "open_store", "normalize_uri"]
 
@@ -49,6 +48,8 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     if scheme == "file":
         return LocalLogStore(root_uri, unquote(parsed.path), fsync=as_bool(options.get("fsync", False)))
     if scheme == "memory":
+        from txnlog.storage.memory import MemoryLogStore  # deferred: fsspec
+
         return MemoryLogStore(root_uri, "/" + (parsed.netloc + parsed.path).strip("/"))
     if scheme in ("s3", "s3a"):
         from txnlog.storage.s3 import S3LogStore  # lazily: s3fs is an optional extra (txnlog[s3])
@@ -62,6 +63,10 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
         from txnlog.storage.gcs import GcsLogStore  # lazily: gcsfs is an optional extra (txnlog[gcs])
 
         return GcsLogStore(root_uri, options)
+    import fsspec  # deferred: fsspec
+
+    from txnlog.storage.fsspec_store import FsspecLogStore  # deferred: fsspec
+
     try:
         fs, path = fsspec.core.url_to_fs(root_uri, **options)
     except ImportError as e:  # fsspec knows the scheme, but its package is not installed
