@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.acero as acero
 import pyarrow.compute as pc
 
 from txnlog.errors import InvalidPredicateError
@@ -846,6 +845,8 @@ class FilePredicate:
 
 def _evaluate(expr: pc.Expression, table: pa.Table) -> pa.Array:
     """``expr`` computed on each row of ``table``, in row order."""
+    import pyarrow.acero as acero  # deferred: Acero's engine (7 MiB resident) for predicates only
+
     plan = acero.Declaration.from_sequence(
         [
             acero.Declaration("table_source", acero.TableSourceNodeOptions(table)),

@@ -35,3 +35,4 @@ def test_a_repeat_among_a_million_keys_is_found() -> None:
     assert all_distinct(pa.chunked_array(chunks))
     chunks.append(pa.array([paths[123_456]]))
     assert not all_distinct(pa.chunked_array(chunks))
+

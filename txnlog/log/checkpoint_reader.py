@@ -100,6 +100,10 @@ def _iter_groups(
             table = struct_to_table(struct, kind)
             if kind == "add" and table.column("path").null_count:
                 raise _fail(part, "an 'add' row has no path")
+            del struct
+            # The group's decode buffers are free now; without this the allocator keeps them
+            # cached, and over a checkpoint's groups that was ~40 MiB of the peak.
+            pa.default_memory_pool().release_unused()
             yield group, table
     except (OSError, pa.ArrowException) as e:
         raise _fail(part, f"cannot read column '{column}': {e}") from e

@@ -81,10 +81,33 @@ ADD_LOG_FIELD_NAMES = tuple(name for name, _, _ in _ADD_FIELDS)
 REMOVE_LOG_FIELD_NAMES = tuple(name for name, _, _ in _REMOVE_FIELDS)
 
 
+_zeros = pa.py_buffer(b"")
+
+
+def null_column(n: int, t: pa.DataType) -> pa.Array:
+    """``n`` nulls of type ``t`` over one zeroed buffer shared by every such column (a file list
+    has half a dozen fields no file uses; ``pa.nulls`` allocates zeros for each, per chunk)."""
+    global _zeros
+    width = 8 * (n + 1)
+    if _zeros.size < width:
+        _zeros = pa.py_buffer(bytearray(max(width, 2 * _zeros.size)))
+    zeros = _zeros
+    if pa.types.is_struct(t):
+        children = [null_column(n, f.type) for f in t]
+        return pa.Array.from_buffers(t, n, [zeros], null_count=n, children=children)
+    if pa.types.is_map(t) or pa.types.is_list(t):
+        return pa.Array.from_buffers(t, n, [zeros, zeros], null_count=n, children=[null_column(0, t.value_type if pa.types.is_list(t) else pa.struct([t.key_field, t.item_field]))])
+    if pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        return pa.Array.from_buffers(t, n, [zeros, zeros, zeros], null_count=n)
+    if isinstance(t, pa.FixedSizeBinaryType) or pa.types.is_primitive(t):
+        return pa.Array.from_buffers(t, n, [zeros, zeros], null_count=n)
+    return pa.nulls(n, t)
+
+
 def _dv_column(child: pa.Array) -> pa.Array:
     """A checkpoint's deletionVector struct (any subset of fields) in the snake_case layout."""
     if child.null_count == len(child):
-        return pa.nulls(len(child), DV_TYPE)
+        return null_column(len(child), DV_TYPE)
     names = [f.name for f in child.type]
     arrays = []
     for log_name, log_type in ((f.name, f.type) for f in DV_LOG_TYPE):
@@ -136,12 +159,12 @@ def struct_to_table(struct: pa.Array | pa.ChunkedArray, kind: str) -> pa.Table:
     columns = []
     for log_name, _col, t in fields:
         if log_name not in present:
-            columns.append(pa.nulls(n, t))
+            columns.append(null_column(n, t))
             continue
         child = struct.field(log_name)
         if child.null_count == n:
-            # A field no row has (usually most of them): one shared zero buffer, not one per child.
-            columns.append(pa.nulls(n, t))
+            # A field no row has (usually most of them).
+            columns.append(null_column(n, t))
         elif log_name == "deletionVector":
             columns.append(_dv_column(child))
         elif child.type != t:

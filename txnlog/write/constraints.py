@@ -11,7 +11,6 @@ from collections.abc import Iterator, Mapping, Sequence
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from txnlog import properties as props
 from txnlog.errors import ProtocolViolationError
@@ -38,6 +37,8 @@ def constraint_predicates(
 
 def check_constraints(data: pa.Table, constraints: Sequence[tuple[str, FilePredicate]]) -> None:
     """Raise ProtocolViolationError naming the constraint and a failing row, if any row fails."""
+    import pyarrow.dataset as ds  # deferred: the dataset engine (8 MiB resident), for tables with constraints
+
     for name, predicate in constraints:
         sql = predicate.sql
         ok = ds.dataset(data).to_table(columns={"ok": predicate.row_filter()}).column("ok")
