@@ -136,3 +136,32 @@ def test_stats_written_only_as_a_struct_are_read_back_as_json(tmp_path: Path) ->
     assert got.drop_columns(["stats"]).equals(expected.drop_columns(["stats"]))
     for ours, theirs in zip(got.column("stats").to_pylist(), expected.column("stats").to_pylist()):
         assert orjson.loads(ours) == orjson.loads(theirs)
+
+
+def test_fields_a_row_group_leaves_null_are_skipped_and_the_others_read(tmp_path: Path) -> None:
+    """Row groups whose statistics say a field is null throughout are not decoded for it; the
+    groups that hold it still give it (tags here, as delta-rs and Spark write null counts)."""
+    import pyarrow.parquet as pq
+
+    from txnlog.log.actions import AddFile
+
+    uri = str(tmp_path / "t")
+    table = txnlog.Table.create(uri, SCHEMA, partition_by=["part"])
+    for i in range(4):
+        with table.transaction() as txn:
+            txn.add_files([
+                AddFile(path=f"part=p{i}/f{i}-{j}.parquet", partition_values={"part": f"p{i}"}, size=10 + j,
+                        modification_time=1, stats='{"numRecords":1}', tags={"origin": f"t{j}"} if i == 2 else None)
+                for j in range(3)
+            ])
+    table.snapshot().checkpoint()
+    log_dir = os.path.join(uri, LOG_DIR)
+    (name,) = [n for n in os.listdir(log_dir) if n.endswith(".checkpoint.parquet")]
+    checkpoint = os.path.join(log_dir, name)
+    rows = pq.read_table(checkpoint)
+    pq.write_table(rows, checkpoint, row_group_size=3, write_statistics=True)  # a group per commit's adds
+    assert pq.ParquetFile(checkpoint).metadata.num_row_groups > 2
+    expected = _by_path(txnlog.Table(_json_only(uri, tmp_path)).snapshot().files())
+    got = _by_path(txnlog.Table(uri).snapshot().files())
+    assert got.equals(expected)
+    assert sorted(t for t in got.column("tags").to_pylist() if t) == [[("origin", f"t{j}")] for j in range(3)]

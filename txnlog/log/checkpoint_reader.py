@@ -93,10 +93,12 @@ def _iter_groups(
     try:
         # One row group at a time: only one group's decoded columns exist beside the result.
         for group in range(pf.metadata.num_row_groups):
+            null_here = _null_in_group(pf, group, column)
+            read = [c for c in children if c not in null_here]
             # One thread: as fast here, and the decoding threads' allocator caches cost 40+ MiB.
-            struct = pf.read_row_group(group, columns=[f"{column}.{c}" for c in children], use_threads=False).column(column)
+            struct = pf.read_row_group(group, columns=[f"{column}.{c}" for c in read], use_threads=False).column(column)
             if has_parsed:
-                struct = _with_parsed_stats(pf, group, struct, children)
+                struct = _with_parsed_stats(pf, group, struct, read)
             table = struct_to_table(struct, kind)
             if kind == "add" and table.column("path").null_count:
                 raise _fail(part, "an 'add' row has no path")
@@ -107,6 +109,27 @@ def _iter_groups(
             yield group, table
     except (OSError, pa.ArrowException) as e:
         raise _fail(part, f"cannot read column '{column}': {e}") from e
+
+
+# Optional fields most files lack. A row group whose statistics say one holds only nulls is not
+# decoded (delta-rs and Spark write null counts): the field reads as null for every row, as it
+# would decoded, except that a tags map that is empty in every row reads as null ("no tags").
+SKIPPABLE_WHEN_NULL = ("tags", "deletionVector", "baseRowId", "defaultRowCommitVersion", "clusteringProvider")
+
+
+def _null_in_group(pf: pq.ParquetFile, group: int, column: str) -> set[str]:
+    """The skippable children of ``column`` that every row of ``group`` leaves null."""
+    row_group = pf.metadata.row_group(group)
+    leaves: dict[str, list[bool]] = {}
+    for i in range(row_group.num_columns):
+        chunk = row_group.column(i)
+        parts = chunk.path_in_schema.split(".")
+        if len(parts) < 2 or parts[0] != column or parts[1] not in SKIPPABLE_WHEN_NULL:
+            continue
+        stats = chunk.statistics
+        all_null = stats is not None and stats.has_null_count and stats.null_count == chunk.num_values
+        leaves.setdefault(parts[1], []).append(all_null)
+    return {name for name, nulls in leaves.items() if all(nulls)}
 
 
 def _with_parsed_stats(pf: pq.ParquetFile, group: int, struct: pa.ChunkedArray, children: list[str]) -> pa.ChunkedArray:

@@ -30,7 +30,7 @@ from txnlog.errors import CorruptCheckpointError, TxnLogError
 from txnlog.file_facts import file_keys, is_column_mapped, parse_partition_values, parse_stats, partition_fields, table_stats_type
 from txnlog.log import codec
 from txnlog.log.actions import CheckpointMetadata, Metadata, Protocol, Sidecar
-from txnlog.log.checkpoint_reader import CheckpointSources, checkpoint_sources, sidecar_path
+from txnlog.log.checkpoint_reader import SKIPPABLE_WHEN_NULL, CheckpointSources, checkpoint_sources, sidecar_path
 from txnlog.log.file_actions import (
     ADD_LOG_TYPE,
     DV_LOG_TYPE,
@@ -358,22 +358,26 @@ def _parquet_writer(sink: Any, schema: pa.Schema) -> pq.ParquetWriter:
 
 
 def _parsed_leaf_paths(schema: pa.Schema) -> list[str]:
-    """Parquet column paths of stats_parsed and partitionValues_parsed leaves: the only columns
-    whose row-group statistics a reader can skip with (paths and stats strings are just cost)."""
+    """Parquet column paths whose row-group statistics a reader uses: stats_parsed and
+    partitionValues_parsed leaves (data skipping), and the leaves of the optional fields most
+    files lack, whose null counts let a reader skip decoding them (paths and stats strings are
+    just cost)."""
     out: list[str] = []
 
     def walk(t: pa.DataType, prefix: str) -> None:
         if pa.types.is_struct(t):
             for f in t:
                 walk(f.type, f"{prefix}.{f.name}")
+        elif pa.types.is_map(t):
+            out.extend([f"{prefix}.key_value.key", f"{prefix}.key_value.value"])
         else:
             out.append(prefix)
 
     for field in schema:
-        if field.name == "add":
+        if field.name in ("add", "remove") and pa.types.is_struct(field.type):
             for f in field.type:
-                if f.name in ("stats_parsed", "partitionValues_parsed"):
-                    walk(f.type, f"add.{f.name}")
+                if f.name in ("stats_parsed", "partitionValues_parsed") or f.name in SKIPPABLE_WHEN_NULL:
+                    walk(f.type, f"{field.name}.{f.name}")
     return out
 
 
