@@ -209,6 +209,9 @@ _REQUIRED_FILE_FIELDS = {"add": ("path", "size"), "remove": ("path",)}
 _REQUIRED_DV_FIELDS = ("storageType", "pathOrInlineDv", "sizeInBytes", "cardinality")
 
 
+_INTEGER_FIELDS = ("size", "modificationTime", "deletionTimestamp")
+
+
 def _check_file_action(kind: str, body: Any, commit: Commit) -> None:
     if not isinstance(body, dict):
         raise LogCorruptError(
@@ -216,6 +219,16 @@ def _check_file_action(kind: str, body: Any, commit: Commit) -> None:
             path=commit.path,
             version=commit.version,
         )
+    for name in _INTEGER_FIELDS:
+        if type(body.get(name)) is float:
+            # Arrow's conversion would truncate 1.5 to 1 silently. (The column-wise parser
+            # refuses such a commit, which then comes here.)
+            raise LogCorruptError(
+                f"{commit.path}: '{kind}' action for {body.get('path')!r}: field '{name}' must be an integer, "
+                f"not {body[name]!r} (version {commit.version})",
+                path=commit.path,
+                version=commit.version,
+            )
     dv = body.get("deletionVector")
     missing = [name for name in _REQUIRED_FILE_FIELDS[kind] if body.get(name) is None]
     if dv is not None:
