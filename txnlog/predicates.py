@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from sqlglot.dialects.dialect import Dialect
 
 
-
 class _Parsing:
     """What parsing needs from sqlglot, filled in by :func:`_load_sqlglot`."""
 

@@ -19,3 +19,16 @@ def test_null_columns_share_one_buffer_and_equal_arrow_nulls() -> None:
     assert pa.total_allocated_bytes() - before < 100_000 and len(columns) == 10 * len(FILES_SCHEMA)
     validity = {c.buffers()[0].address for c in columns if c.buffers()[0] is not None}
     assert len(validity) == 1  # one buffer behind every column
+
+
+def test_null_columns_from_threads_racing_to_grow_the_buffer_are_whole() -> None:
+    # Commits are parsed on a thread pool, each growing the shared buffer as its chunk needs.
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build(seed: int) -> int:
+        for n in range(seed, 200_000, 9_973):
+            null_column(n, FILES_SCHEMA.field("deletion_vector").type).validate(full=True)
+        return seed
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sorted(pool.map(build, range(8))) == list(range(8))

@@ -52,3 +52,36 @@ def test_store_at_the_memory_root() -> None:
         assert name in {f.path for f in store.walk_files()}
     finally:
         store.delete(name)
+
+
+def test_iter_read_yields_in_order_with_a_bounded_number_in_flight(memory_store: MemoryLogStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time
+
+    paths = [f"_delta_log/{v:020d}.json" for v in range(40)]
+    for i, path in enumerate(paths):
+        memory_store.put_if_absent(path, f"{i}".encode())
+    lock = threading.Lock()
+    started: list[str] = []
+    running, most = 0, 0
+    read = memory_store.read
+
+    def slow_read(path: str) -> bytes:  # instrumentation around the real read
+        nonlocal running, most
+        with lock:
+            started.append(path)
+            running += 1
+            most = max(most, running)
+        time.sleep(0.005)
+        try:
+            return read(path)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(memory_store, "read", slow_read)
+    reader = memory_store.iter_read(paths)
+    assert next(reader) == b"0"
+    assert len(started) <= 1 + memory_store.read_ahead  # not every object read up front
+    assert [int(b) for b in reader] == list(range(1, 40))
+    assert 1 < most <= memory_store.read_ahead and sorted(started) == paths

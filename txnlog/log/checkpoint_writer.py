@@ -351,13 +351,13 @@ def _parquet_writer(sink: Any, schema: pa.Schema) -> pq.ParquetWriter:
         sink,
         schema,
         compression="snappy",
-        write_statistics=_parsed_leaf_paths(schema),
+        write_statistics=_statistics_columns(schema),
         use_dictionary=True,
         store_schema=False,
     )
 
 
-def _parsed_leaf_paths(schema: pa.Schema) -> list[str]:
+def _statistics_columns(schema: pa.Schema) -> list[str]:
     """Parquet column paths whose row-group statistics a reader uses: stats_parsed and
     partitionValues_parsed leaves (data skipping), and the leaves of the optional fields most
     files lack, whose null counts let a reader skip decoding them (paths and stats strings are

@@ -89,9 +89,9 @@ def null_column(n: int, t: pa.DataType) -> pa.Array:
     has half a dozen fields no file uses; ``pa.nulls`` allocates zeros for each, per chunk)."""
     global _zeros
     width = 8 * (n + 1)
-    if _zeros.size < width:
-        _zeros = pa.py_buffer(bytearray(max(width, 2 * _zeros.size)))
-    zeros = _zeros
+    zeros = _zeros  # read once: parse threads call this concurrently and may swap it
+    if zeros.size < width:
+        zeros = _zeros = pa.py_buffer(bytearray(max(width, 2 * zeros.size)))
     if pa.types.is_struct(t):
         children = [null_column(n, f.type) for f in t]
         return pa.Array.from_buffers(t, n, [zeros], null_count=n, children=children)

@@ -75,12 +75,6 @@ class Commit:
 COLUMNAR_COMMIT_BYTES = 1 << 20
 
 
-# Commits read ahead of the parser when replaying from a remote store: enough for parallel
-# object-store reads, while only that many commits' bytes are held at once (the parsed tables
-# are what stays).
-_READ_AHEAD_FILES = 16
-
-
 # Large commits are parsed on this many threads (pyarrow's JSON reader releases the GIL; each
 # parse is single-threaded, which leaves less memory cached in the allocator's thread heaps).
 _PARSE_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -90,7 +84,7 @@ def read_commits(store: LogStore, files: Iterable[CommitFile], *, columnar: bool
     """Parse commit files. With ``columnar``, large commits keep their file actions as Arrow and
     are parsed in parallel, and each commit's bytes are dropped once it is parsed."""
     files = list(files)
-    blobs = store.iter_read([f.path for f in files], ahead=_READ_AHEAD_FILES)
+    blobs = store.iter_read([f.path for f in files])
     if not columnar or _PARSE_THREADS == 1:
         return [_parse_commit(f, data, columnar) for f, data in zip(files, blobs)]
     out: list[Commit | Future[Commit]] = []
@@ -167,10 +161,12 @@ class TableState:
 
     def take(self, positions: pa.Array) -> pa.Table:
         """The files at ascending ``positions`` of the file list, with their stats."""
+        if self._with_stats:
+            return self._with_stats[0].take(positions)
         rows = self.file_list.take(positions)
         pending = self.pending_stats
-        if pending is None or self._with_stats:
-            return self._with_stats[0].take(positions) if self._with_stats else rows
+        if pending is None:
+            return rows
         from_checkpoint = positions.filter(pc.less(positions, len(pending.rows)))
         if not len(from_checkpoint):
             return rows

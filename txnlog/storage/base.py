@@ -40,6 +40,8 @@ class LogStore(abc.ABC):
 
     #: Whether :meth:`put_if_absent` is atomic. Stores without it refuse to commit.
     supports_put_if_absent: bool = False
+    #: Reads :meth:`iter_read` keeps in flight: parallel requests pay off on object stores.
+    read_ahead: int = 16
 
     def __init__(self, root_uri: str) -> None:
         self.root_uri = root_uri.rstrip("/")
@@ -50,10 +52,11 @@ class LogStore(abc.ABC):
     def read(self, path: str) -> bytes:
         """Whole object; raises ObjectNotFoundError when absent."""
 
-    def iter_read(self, paths: Iterable[str], *, ahead: int = 16) -> Iterator[bytes]:
-        """Several whole objects, in order, each yielded as it is needed: remote stores keep up to
-        ``ahead`` reads in flight, so only that many objects' bytes are held at once."""
+    def iter_read(self, paths: Iterable[str]) -> Iterator[bytes]:
+        """Several whole objects, in order, each yielded as it is needed: up to
+        :attr:`read_ahead` reads are in flight, so only that many objects' bytes are held at once."""
         paths = list(paths)
+        ahead = self.read_ahead
         if len(paths) <= 1 or ahead <= 1:
             for p in paths:
                 yield self.read(p)

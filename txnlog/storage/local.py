@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import pyarrow.fs as pafs
@@ -17,6 +17,7 @@ from txnlog.storage.base import FileInfo, LogStore
 
 class LocalLogStore(LogStore):
     supports_put_if_absent = True
+    read_ahead = 1  # local reads are faster than thread hand-offs
 
     def __init__(self, root_uri: str, root_path: str, *, fsync: bool = False) -> None:
         super().__init__(root_uri)
@@ -38,10 +39,6 @@ class LocalLogStore(LogStore):
             raise ObjectNotFoundError(f"{self.uri_of(path)} does not exist", path=path) from None
         except OSError as e:
             raise StorageError(f"cannot read {self.uri_of(path)}: {e}", path=path) from e
-
-    def iter_read(self, paths: Iterable[str], *, ahead: int = 16) -> Iterator[bytes]:
-        for p in paths:  # local reads are faster than thread hand-offs
-            yield self.read(p)
 
     def list_from(self, directory: str, start_name: str = "") -> list[FileInfo]:
         prefix = f"{directory}/" if directory else ""
