@@ -103,6 +103,11 @@ class TableNotFoundError(TxnLogError):
         self.uri = uri
 
 
+class TablePathIsFileError(TableNotFoundError, InvalidArgumentError):
+    """The table URI names a file, not a directory: no table is there, and none can be created
+    there (so it is both a TableNotFoundError and an InvalidArgumentError)."""
+
+
 class TableAlreadyExistsError(TxnLogError):
     """``Table.create`` found a table already at ``uri``."""
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from txnlog.errors import InvalidTablePropertyError
+from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidTablePropertyError
 
 T = TypeVar("T")
 
@@ -313,14 +313,17 @@ _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000
 
 
 def parse_duration_ms(text: str) -> int:
-    """``30d``, ``168h``, ``15m``, ``0s``, ``500ms``, ``2w``, or Delta's ``interval 7 days``, in ms."""
+    """``30d``, ``168h``, ``15m``, ``0s``, ``500ms``, ``2w``, or Delta's ``interval 7 days``, in ms.
+    InvalidArgumentError (also a ValueError) names a text that is none of these."""
+    if not isinstance(text, str):
+        raise InvalidArgumentTypeError(f"a duration must be text like '30d', got {type(text).__name__} {text!r}")
     m = _DURATION.match(text)
     if m:
         return int(m.group(1)) * _DURATION_MS[m.group(2).lower()]
     try:
         return parse_interval_ms(text)
     except ValueError:
-        raise ValueError(f"expected a duration like 30d, 168h, 15m, 0s or 'interval 7 days', got {text!r}") from None
+        raise InvalidArgumentError(f"expected a duration like 30d, 168h, 15m, 0s or 'interval 7 days', got {text!r}") from None
 
 
 def _optional(parse: Callable[[str], T]) -> Callable[[str], T | None]:

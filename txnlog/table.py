@@ -207,7 +207,12 @@ class Table:
         return _history.version_at(self.store, to_millis(timestamp))
 
     def history(self, limit: int | None = None) -> list[HistoryEntry]:
-        """The commitInfo of each version still in the log, newest first."""
+        """The commitInfo of each version still in the log, newest first (the newest ``limit``)."""
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise InvalidArgumentTypeError(f"limit must be an int, got {type(limit).__name__} {limit!r}")
+            if limit < 0:
+                raise InvalidArgumentError(f"limit must be >= 0, got {limit}")
         return _history.history(self.store, limit)
 
 

@@ -187,6 +187,8 @@ def test_table_path_that_is_a_file(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError, match="is a file") as err:
             open_it()
         assert "data.csv" in str(err.value)
+        # Also "no table here", which is what the command's exit code 3 means.
+        assert isinstance(err.value, TableNotFoundError) and err.value.uri.endswith("data.csv")
     assert path.read_text() == "a,b\n"
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from txnlog import properties as props
 from txnlog.errors import ExpiryFailedError, InvalidArgumentError
-from txnlog.maintenance import _core, consumers, tags
+from txnlog.maintenance import _core, arguments, consumers, tags
 from txnlog.maintenance._deletes import Progress, delete_paths
 from txnlog.maintenance._layout import LogLayout
 
@@ -38,16 +38,6 @@ if TYPE_CHECKING:
     from txnlog.txn.hooks import PostCommitContext
 
 log = logging.getLogger(__name__)
-
-
-def duration_ms(value: int | str | None) -> int | None:
-    """A duration given as ms or as text (``30d``, ``168h``, ``15m``, ``0s``, ``interval 7 days``)."""
-    if value is None or isinstance(value, int):
-        return value
-    try:
-        return props.parse_duration_ms(value)
-    except ValueError as e:
-        raise InvalidArgumentError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -120,7 +110,7 @@ def _plan(
     keep_min = props.LOG_RETAIN_MIN.get(conf) if retain_min is None else retain_min
     keep_max = props.LOG_RETAIN_MAX.get(conf) if retain_max is None else retain_max
     per_run = props.LOG_EXPIRE_LIMIT.get(conf) if limit is None else limit
-    retention = duration_ms(older_than)
+    retention = arguments.duration_ms("older_than", older_than)
     retention = props.LOG_RETENTION.get(conf) if retention is None else retention
     if keep_min < 1 or (keep_max is not None and keep_max < keep_min) or per_run < 1 or retention < 0:
         raise InvalidArgumentError(
@@ -180,6 +170,7 @@ def _doomed_files(table: Table, plan: _Plan) -> tuple[list[str], list[str], list
     return commit_files, checkpoint_files, sidecar_files
 
 
+@arguments.takes_table
 @_core.named_operation("expire")
 def expire(
     table: Table,
@@ -201,7 +192,12 @@ def expire(
     ``older_than`` (ms or text like ``30d``), ``txnlog.log.expire.limit`` (50). ``snapshot``: the
     latest snapshot if the caller has it (saves reading the log again).
     """
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    retain_min = arguments.optional_integer("retain_min", retain_min, minimum=1)
+    retain_max = arguments.optional_integer("retain_max", retain_max, minimum=1)
+    limit = arguments.optional_integer("limit", limit, minimum=1)
+    arguments.duration_ms("older_than", older_than)
+    arguments.optional_integer("max_workers", max_workers, minimum=1)
+    now = int(time.time() * 1000) if now_ms is None else arguments.integer("now_ms", now_ms)
     snapshot = snapshot if snapshot is not None else table.snapshot()
     plan = _plan(
         table, snapshot, retain_min=retain_min, retain_max=retain_max, older_than=older_than, limit=limit, now=now, dry_run=dry_run

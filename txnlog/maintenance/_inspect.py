@@ -11,13 +11,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.log.checkpoint_writer import checkpoint_from_log
-from txnlog.maintenance import _core, consumers, tags
+from txnlog.maintenance import _core, arguments, consumers, tags
 from txnlog.maintenance._layout import LogLayout
 
 if TYPE_CHECKING:
     from txnlog.table import HistoryEntry, Table
 
 
+@arguments.takes_table
 @_core.named_operation("checkpoint")
 def checkpoint(table: Table, version: int | None = None) -> _core.CheckpointResult:
     """Write a checkpoint of ``version`` (default: the latest), classic or V2 as the table's
@@ -25,15 +26,17 @@ def checkpoint(table: Table, version: int | None = None) -> _core.CheckpointResu
 
     Streamed from the log (the previous checkpoint a row group at a time, then the commits
     after it), so memory does not grow with the table's file count."""
-    return checkpoint_from_log(table.store, version)
+    return checkpoint_from_log(table.store, arguments.optional_integer("version", version, minimum=0))
 
 
+@arguments.takes_table
 def history(table: Table, limit: int | None = None) -> list[HistoryEntry]:
     """The commitInfo of each version still in the log, newest first."""
     table.latest_version()  # TableNotFoundError rather than an empty history
     return table.history(limit)
 
 
+@arguments.takes_table
 def list_files(
     table: Table,
     *,
@@ -43,7 +46,7 @@ def list_files(
 ) -> pa.Table:
     """The live files at ``version`` (or ``timestamp``; default the latest), pruned by the SQL
     predicate ``where`` on partition values and min/max stats."""
-    return table.snapshot(version, timestamp).files(where)
+    return table.snapshot(arguments.optional_integer("version", version, minimum=0), timestamp).files(where)
 
 
 def _rows(files: pa.Table) -> tuple[int, int]:
@@ -118,10 +121,11 @@ class TableDescription:
         }
 
 
+@arguments.takes_table
 def describe(table: Table, version: int | None = None) -> TableDescription:
     """Version, protocol and features, files, bytes, rows (from stats), partitions, the last
     checkpoint, properties, tags and consumers."""
-    snapshot = table.snapshot(version)
+    snapshot = table.snapshot(arguments.optional_integer("version", version, minimum=0))
     files = snapshot.files()
     rows, unknown = _rows(files)
     partitions = 0

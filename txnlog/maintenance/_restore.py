@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.errors import InvalidArgumentError, MissingFilesError, ObjectNotFoundError
-from txnlog.maintenance import _core
+from txnlog.maintenance import _core, arguments
 from txnlog.maintenance._deletes import DEFAULT_WORKERS, Progress
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ def _size(files: pa.Table) -> int:
     return int(pc.sum(files.column("size")).as_py() or 0)
 
 
+@arguments.takes_table
 @_core.named_operation("restore")
 def restore(
     table: Table,
@@ -88,6 +89,7 @@ def restore(
     changed the table meanwhile."""
     if (version is None) == (timestamp is None):
         raise InvalidArgumentError("restore needs a version or a timestamp (exactly one)")
+    arguments.optional_integer("version", version, minimum=0)
     target = table.snapshot(version, timestamp)
     parameters: dict[str, Any] = {"version": target.version} if timestamp is None else {"timestamp": str(timestamp)}
     with table.transaction("RESTORE", operation_parameters=parameters) as txn:

@@ -21,9 +21,8 @@ import pyarrow.compute as pc
 
 from txnlog import properties as props
 from txnlog.errors import ObjectNotFoundError, RetentionCheckError, TxnLogError, VersionNotFoundError
-from txnlog.maintenance import _core, tags
+from txnlog.maintenance import _core, arguments, tags
 from txnlog.maintenance._deletes import Progress, delete_paths
-from txnlog.maintenance._expire import duration_ms
 from txnlog.maintenance._layout import LogLayout
 
 if TYPE_CHECKING:
@@ -105,6 +104,7 @@ def _protected(table: Table, *, horizon: int, progress: Progress | None) -> tupl
     return protected, frozenset(snapshot.partition_columns)
 
 
+@arguments.takes_table
 @_core.named_operation("vacuum")
 def vacuum(
     table: Table,
@@ -120,10 +120,11 @@ def vacuum(
     ``delta.deletedFileRetentionDuration``). A retention below that property is refused
     (RetentionCheckError) unless ``force``. Not a dry run: records VACUUM START and VACUUM END
     commits around the deletes, as Delta does."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    retention_ms = arguments.duration_ms("retention", retention)
+    arguments.optional_integer("max_workers", max_workers, minimum=1)
+    now = int(time.time() * 1000) if now_ms is None else arguments.integer("now_ms", now_ms)
     configuration = table.snapshot().configuration
     minimum = props.DELETED_FILE_RETENTION.get(configuration)
-    retention_ms = duration_ms(retention)
     retention_ms = minimum if retention_ms is None else retention_ms
     if retention_ms < 0:
         raise RetentionCheckError(f"retention must be >= 0, got {retention_ms} ms", retention_ms=retention_ms, minimum_ms=minimum)

@@ -28,7 +28,7 @@ from txnlog.errors import (
     UnsafePathError,
 )
 from txnlog.log.filenames import LAST_CHECKPOINT
-from txnlog.maintenance import _core, tags
+from txnlog.maintenance import _core, arguments, tags
 from txnlog.maintenance._deletes import Progress
 from txnlog.maintenance._layout import LogLayout
 from txnlog.maintenance._vacuum import _hidden
@@ -278,6 +278,7 @@ def _check_files(table: Table, state: _core.TableState, layout: LogLayout, probl
             problems.append(Problem("unsafe-path", str(e), None, log_path))
 
 
+@arguments.takes_table
 def validate(table: Table, *, progress: Progress | None = None) -> ValidationReport:
     """Check ``table`` (see the module docstring); every problem names its version and file."""
     layout = LogLayout.of(table.store)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from txnlog.errors import ConsumerNotFoundError, LogCorruptError, VersionNotFoundError
-from txnlog.maintenance import _sidefiles
+from txnlog.maintenance import _sidefiles, arguments
 from txnlog.maintenance._layout import LogLayout
 
 if TYPE_CHECKING:
@@ -62,13 +62,16 @@ def _check_version(table: Table, next_version: int) -> None:
         )
 
 
+@arguments.takes_table
 def record(table: Table, consumer_id: str, next_version: int, *, now_ms: int | None = None) -> Consumer:
     """Create or move consumer ``consumer_id`` to ``next_version``, with a heartbeat now."""
     _sidefiles.check_name("consumer", consumer_id)
-    _check_version(table, next_version)
-    return _write(table, Consumer(consumer_id, int(next_version), _now_ms() if now_ms is None else now_ms))
+    _check_version(table, arguments.integer("next_version", next_version, minimum=0))
+    now_ms = arguments.optional_integer("now_ms", now_ms)
+    return _write(table, Consumer(consumer_id, next_version, _now_ms() if now_ms is None else now_ms))
 
 
+@arguments.takes_table
 def get(table: Table, consumer_id: str) -> Consumer:
     _sidefiles.check_name("consumer", consumer_id)
     path = _sidefiles.path_of(_DIR, consumer_id)
@@ -78,12 +81,15 @@ def get(table: Table, consumer_id: str) -> Consumer:
     return _decode(obj, table.store.uri_of(path))
 
 
+@arguments.takes_table
 def reset(table: Table, consumer_id: str, next_version: int) -> Consumer:
     """Move an existing consumer to ``next_version`` (ConsumerNotFoundError if there is none)."""
+    arguments.integer("next_version", next_version, minimum=0)
     get(table, consumer_id)
     return record(table, consumer_id, next_version)
 
 
+@arguments.takes_table
 def delete(table: Table, consumer_id: str) -> Consumer:
     """Drop a consumer: it no longer pins any version."""
     consumer = get(table, consumer_id)
@@ -91,12 +97,16 @@ def delete(table: Table, consumer_id: str) -> Consumer:
     return consumer
 
 
+@arguments.takes_table
 def list_consumers(table: Table) -> list[Consumer]:
     return sorted((_decode(obj, table.uri) for obj in _sidefiles.read_all(table.store, _DIR)), key=lambda c: c.consumer_id)
 
 
+@arguments.takes_table
 def expire(table: Table, inactive_ms: int, *, now_ms: int | None = None) -> list[Consumer]:
     """Drop consumers whose last heartbeat is more than ``inactive_ms`` old; returns them."""
+    inactive_ms = arguments.integer("inactive_ms", inactive_ms, minimum=0)
+    now_ms = arguments.optional_integer("now_ms", now_ms)
     horizon = (_now_ms() if now_ms is None else now_ms) - inactive_ms
     dropped = [c for c in list_consumers(table) if c.last_heartbeat_ms < horizon]
     for c in dropped:
@@ -104,6 +114,7 @@ def expire(table: Table, inactive_ms: int, *, now_ms: int | None = None) -> list
     return dropped
 
 
+@arguments.takes_table
 def min_next_version(table: Table) -> int | None:
     """The smallest next version over all consumers (what expiry must keep), or None."""
     return min((c.next_version for c in list_consumers(table)), default=None)

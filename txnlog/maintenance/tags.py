@@ -20,7 +20,7 @@ from txnlog.errors import (
     TxnLogError,
     VersionNotFoundError,
 )
-from txnlog.maintenance import _sidefiles
+from txnlog.maintenance import _sidefiles, arguments
 
 if TYPE_CHECKING:
     from txnlog.snapshot import Snapshot
@@ -47,10 +47,11 @@ def _decode(obj: dict[str, Any], where: str) -> Tag:
         raise LogCorruptError(f"tag file {where} is not valid: {e!r}", path=where) from None
 
 
+@arguments.takes_table
 def create(table: Table, name: str, version: int | None = None) -> Tag:
     """Tag ``version`` (default: the latest) as ``name``; TagAlreadyExistsError if the name is taken."""
     _sidefiles.check_name("tag", name)
-    snapshot = table.snapshot(version)  # the version must be reconstructable now
+    snapshot = table.snapshot(arguments.optional_integer("version", version, minimum=0))  # reconstructable now
     tag = Tag(name, snapshot.version, int(time.time() * 1000))
     path = _sidefiles.path_of(_DIR, name)
     try:
@@ -72,6 +73,7 @@ def create(table: Table, name: str, version: int | None = None) -> Tag:
     return tag
 
 
+@arguments.takes_table
 def get(table: Table, name: str) -> Tag:
     _sidefiles.check_name("tag", name)
     path = _sidefiles.path_of(_DIR, name)
@@ -81,6 +83,7 @@ def get(table: Table, name: str) -> Tag:
     return _decode(obj, table.store.uri_of(path))
 
 
+@arguments.takes_table
 def delete(table: Table, name: str) -> Tag:
     """Remove tag ``name`` (its version is then expired like any other); returns what it was."""
     tag = get(table, name)
@@ -88,12 +91,14 @@ def delete(table: Table, name: str) -> Tag:
     return tag
 
 
+@arguments.takes_table
 def list_tags(table: Table) -> list[Tag]:
     """Every tag, by version then name."""
     tags = [_decode(obj, table.uri) for obj in _sidefiles.read_all(table.store, _DIR)]
     return sorted(tags, key=lambda t: (t.version, t.name))
 
 
+@arguments.takes_table
 def snapshot(table: Table, name: str) -> Snapshot:
     """The table at the version tagged ``name``."""
     return table.snapshot(get(table, name).version)

@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import pyarrow.fs as pafs
 
-from txnlog.errors import AmbiguousWriteError, FileAlreadyExistsError, InvalidArgumentError, ObjectNotFoundError, StorageError
+from txnlog.errors import AmbiguousWriteError, FileAlreadyExistsError, ObjectNotFoundError, StorageError, TablePathIsFileError
 from txnlog.storage.base import FileInfo, LogStore
 
 
@@ -24,7 +24,7 @@ class LocalLogStore(LogStore):
         self.root_path = os.path.abspath(root_path)
         if os.path.isfile(self.root_path):
             # Otherwise reads say "no table here" and writes fail deep inside with ENOTDIR.
-            raise InvalidArgumentError(f"table path {root_uri} is a file, not a directory")
+            raise TablePathIsFileError(f"table path {root_uri} is a file, not a directory", uri=root_uri)
         self.fsync = fsync
         self._arrow_fs = pafs.LocalFileSystem()
 
