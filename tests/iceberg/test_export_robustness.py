@@ -128,9 +128,13 @@ def test_cli_export_iceberg_json(tmp_path):
     out = subprocess.run([sys.executable, "-m", "txnlog", "export-iceberg", uri, "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert doc["delta_version"] == 1 and doc["rebuilt"] and len(doc["snapshot_ids"]) == 1
+    # camelCase keys, as every other command's --json
+    assert doc["deltaVersion"] == 1 and doc["rebuilt"] and len(doc["snapshotIds"]) == 1 and doc["tableUri"] == table.uri
+    assert doc["metadataLocation"].endswith("/metadata/v1.metadata.json") and doc["previousDeltaVersion"] is None
     again = subprocess.run([sys.executable, "-m", "txnlog", "export-iceberg", uri, "--full", "--json"], capture_output=True, text=True, timeout=120)
-    assert json.loads(again.stdout)["rebuild_reason"] == "a full export was requested"
+    assert json.loads(again.stdout)["rebuildReason"] == "a full export was requested"
+    human = subprocess.run([sys.executable, "-m", "txnlog", "export-iceberg", uri], capture_output=True, text=True, timeout=120)
+    assert human.returncode == 0 and "already shows version 1" in human.stdout, human.stderr
     missing = subprocess.run([sys.executable, "-m", "txnlog", "export-iceberg", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 3
 

@@ -527,12 +527,12 @@ def export_iceberg_command(ctx: click.Context, /, uri: str, full: bool, **common
 
         def show(d: dict[str, Any]) -> None:
             console = _console()
-            if not d["snapshot_ids"]:
-                console.print(f"Iceberg metadata already shows version {d['delta_version']}: {d['metadata_location']}")
+            if not d["snapshotIds"]:
+                console.print(f"Iceberg metadata already shows version {d['deltaVersion']}: {d['metadataLocation']}")
                 return
-            how = f"rebuilt ({d['rebuild_reason']})" if d["rebuilt"] else "incremental"
+            how = f"rebuilt ({d['rebuildReason']})" if d["rebuilt"] else "incremental"
             console.print(
-                f"Exported Delta version {d['delta_version']} as {len(d['snapshot_ids'])} Iceberg snapshot(s), {how}: {d['metadata_location']}"
+                f"Exported Delta version {d['deltaVersion']} as {len(d['snapshotIds'])} Iceberg snapshot(s), {how}: {d['metadataLocation']}"
             )
 
         return result.to_dict(), show, EXIT_OK

@@ -116,15 +116,16 @@ class ExportResult:
     catalog_identifier: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        # camelCase, as every other result's to_dict (and so every --json document)
         return {
-            "table_uri": self.table_uri,
-            "delta_version": self.delta_version,
-            "previous_delta_version": self.previous_delta_version,
-            "snapshot_ids": list(self.snapshot_ids),
-            "metadata_location": self.metadata_location,
+            "tableUri": self.table_uri,
+            "deltaVersion": self.delta_version,
+            "previousDeltaVersion": self.previous_delta_version,
+            "snapshotIds": list(self.snapshot_ids),
+            "metadataLocation": self.metadata_location,
             "rebuilt": self.rebuilt,
-            "rebuild_reason": self.rebuild_reason,
-            "catalog_identifier": self.catalog_identifier,
+            "rebuildReason": self.rebuild_reason,
+            "catalogIdentifier": self.catalog_identifier,
         }
 
 
