@@ -92,6 +92,50 @@ def test_usage_errors_exit_2(table_path):
     run("frobnicate", check_code=2)
 
 
+@pytest.mark.parametrize(
+    "args, names",
+    [
+        pytest.param(["describe", "{uri}", "--version", "x"], "--version", id="bad-version"),
+        pytest.param(["describe", "{uri}", "--bogus"], "--bogus", id="unknown-option"),
+        pytest.param(["vacuum", "{uri}", "--retention", "-5s"], "--retention", id="negative-retention"),
+        pytest.param(["expire", "{uri}", "--older-than", "-1d"], "--older-than", id="negative-older-than"),
+        pytest.param(["expire", "{uri}", "--retain-min", "-1"], "--retain-min", id="negative-retain-min"),
+        pytest.param(["history", "{uri}", "--limit", "-1"], "--limit", id="negative-history-limit"),
+        pytest.param(["describe"], "URI", id="missing-argument"),
+        pytest.param(["tag", "{uri}", "create"], "NAME", id="missing-subcommand-argument"),
+        pytest.param(["restore", "{uri}"], "--version", id="restore-needs-a-version"),
+        pytest.param(["frobnicate", "{uri}"], "frobnicate", id="unknown-command"),
+    ],
+)
+def test_json_usage_error_is_one_json_document(table_path, args, names):
+    build(table_path, 1)
+    proc = run(*[a.format(uri=table_path) for a in args], "--json", check_code=2)
+    error = json.loads(proc.stdout)["error"]  # the whole of stdout is one JSON document
+    assert error["type"] == "UsageError" and error["exitCode"] == 2 and names in error["message"], error
+    assert proc.stderr == f"txnlog: error: {error['message']}\n"
+    human = run(*[a.format(uri=table_path) for a in args], check_code=2)  # click's usage text, as before
+    assert human.stdout == "" and "Usage:" in human.stderr and names in human.stderr
+
+
+def test_table_path_that_is_a_file_exits_3_and_names_it(tmp_path):
+    path = tmp_path / "data.csv"
+    path.write_text("a,b\n")
+    proc = run("describe", str(path), check_code=3)
+    assert proc.stdout == "" and "data.csv" in proc.stderr and "is a file" in proc.stderr and proc.stderr.count("\n") == 1
+    error = run_json("history", str(path), check_code=3)["error"]
+    assert error["exitCode"] == 3 and "data.csv" in error["message"]
+    assert path.read_text() == "a,b\n"
+
+
+@pytest.mark.parametrize("args", [["describe", ""], ["describe", " "], ["validate", ""], ["tag", "", "list"], ["consumer", "", "list"]])
+def test_empty_table_uri_is_refused(table_path, args):
+    build(table_path, 1)  # the current directory is a table: '' must not describe it
+    proc = subprocess.run([*TXNLOG, *args, "--json"], capture_output=True, text=True, timeout=120, cwd=table_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    error = json.loads(proc.stdout)["error"]
+    assert error["type"] == "UsageError" and "'URI'" in error["message"] and "empty" in error["message"]
+
+
 def test_conflict_exit_code(table_path, monkeypatch):
     """A RESTORE that loses to a concurrent delete of a file it keeps exits 4. The concurrent
     commit is injected while the restore checks its files (in-process, to time the race)."""

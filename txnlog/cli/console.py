@@ -1,5 +1,5 @@
 """The ``txnlog`` command: table maintenance from a shell. A thin layer over
-:mod:`txnlog.maintenance`; see docs/cli.md.
+:mod:`txnlog.maintenance` (see docs/cli.md); what it prints is :mod:`txnlog.cli.output`'s.
 
 Exit codes: 0 ok; 1 a problem found (validate) or an operation refused or failed; 2 a usage
 error; 3 no table at the URI; 4 a conflict with a concurrent commit.
@@ -7,28 +7,19 @@ error; 3 no table at the URI; 4 a conflict with a concurrent commit.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import functools
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
 import orjson
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table as RichTable
 
 import txnlog
 from txnlog import maintenance
+from txnlog.cli.output import Document, Output, Rows, output_for
 from txnlog.errors import (
     CommitConflictError,
     InvalidArgumentError,
@@ -43,10 +34,11 @@ EXIT_TABLE_NOT_FOUND = 3
 EXIT_CONFLICT = 4
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 
 def exit_code_of(error: BaseException) -> int:
-    if isinstance(error, TableNotFoundError):
+    if isinstance(error, TableNotFoundError):  # before InvalidArgumentError: a path that is a file is both
         return EXIT_TABLE_NOT_FOUND
     if isinstance(error, CommitConflictError):
         return EXIT_CONFLICT
@@ -55,7 +47,18 @@ def exit_code_of(error: BaseException) -> int:
     return EXIT_PROBLEM
 
 
-# --- options every command takes ---------------------------------------------------------------
+# --- arguments and options every command takes ------------------------------------------------
+
+
+class _TableUri(click.ParamType):  # type: ignore[type-arg]
+    name = "URI"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.strip():
+            # txnlog.Table('') would open the current directory.
+            self.fail("the table URI is empty: give a path (. for the current directory) or a URI", param, ctx)
+        return text
 
 
 class _Duration(click.ParamType):  # type: ignore[type-arg]
@@ -83,6 +86,7 @@ class _Timestamp(click.ParamType):  # type: ignore[type-arg]
         return ts if ts.tzinfo else ts.replace(tzinfo=_dt.timezone.utc)
 
 
+TABLE_URI = _TableUri()
 DURATION = _Duration()
 TIMESTAMP = _Timestamp()
 
@@ -130,106 +134,66 @@ def _settings(ctx: click.Context, /, json_output: bool, storage_options: dict[st
     return own.merged(parent) if parent is not None else own
 
 
-# --- output ----------------------------------------------------------------------------------
-
-
-def _console(stderr: bool = False) -> Any:
-
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:
-        # Piped: no 80-column wrapping, so every line is whole for grep and friends.
-        console = Console(stderr=stderr, highlight=False, width=10_000)
-    return console
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    if isinstance(value, _dt.datetime):
-        return value.isoformat()
-    raise TypeError(f"cannot encode {type(value).__name__}")
-
-
-def _emit_json(document: Any) -> None:
-    sys.stdout.write(orjson.dumps(document, default=_json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode() + "\n")
-    sys.stdout.flush()
-
-
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
-@contextlib.contextmanager
-def _progress(settings: Settings) -> Iterator[maintenance.Progress | None]:
-    """A rich progress bar on stderr when it is a terminal and the output is not JSON."""
-    if settings.json or not sys.stderr.isatty():
-        yield None
-        return
-
-    console = _console(stderr=True)
-    if not console.is_terminal:
-        yield None
-        return
-    tasks: dict[str, Any] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as bar:
-
-        def report(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
-        yield report
-
-
-def _run(settings: Settings, body: Callable[[maintenance.Progress | None], tuple[Any, Callable[[Any], None], int]]) -> None:
-    """Run ``body`` (which returns its JSON document, a human printer and an exit code), turning
-    errors into one line on stderr and an exit code."""
-    try:
-        with _progress(settings) as progress:
-            document, show, code = body(progress)
-    except (TxnLogError, OSError) as e:
-        code = exit_code_of(e)
-        message = " ".join(str(e).split()) or type(e).__name__
-        if settings.debug:
-            traceback.print_exc(file=sys.stderr)
-        click.echo(f"txnlog: error: {message}", err=True)
-        if settings.json:
-            _emit_json({"error": {"type": type(e).__name__, "message": message, "exitCode": code}})
-        sys.exit(code)
-    if settings.json:
-        _emit_json(document)
-    else:
-        show(document)
-    sys.exit(code)
-
-
 def _table(uri: str, settings: Settings) -> txnlog.Table:
     return txnlog.Table(uri, settings.storage_options)
 
 
-def _rich_table(*columns: str, title: str | None = None) -> Any:
-
-    table = RichTable(*columns, title=title, title_justify="left")
-    return table
+def _run(
+    settings: Settings,
+    body: Callable[[maintenance.Progress | None], R],
+    show: Callable[[Output], Callable[[R], None]],
+    exit_code: Callable[[R], int] = lambda _: EXIT_OK,
+) -> None:
+    """Run ``body`` (which returns the result's document) and hand it to the output's method that
+    ``show`` picks; an error becomes one line on stderr (and the JSON error document with --json)
+    and its exit code."""
+    output = output_for(settings.json)
+    try:
+        with output.progress() as progress:
+            document = body(progress)
+    except (TxnLogError, OSError) as e:
+        if settings.debug:
+            traceback.print_exc(file=sys.stderr)
+        code = exit_code_of(e)
+        output.error(type(e).__name__, " ".join(str(e).split()) or type(e).__name__, code)
+        sys.exit(code)
+    show(output)(document)
+    sys.exit(exit_code(document))
 
 
 # --- the command group -----------------------------------------------------------------------
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def _wants_json(args: Sequence[str]) -> bool:
+    """Whether the command line asks for --json (read from the words themselves, for the usage
+    errors click finds before any option is parsed)."""
+    for arg in args:
+        if arg == "--":
+            return False
+        if arg == "--json":
+            return True
+    return False
+
+
+class _CommandGroup(click.Group):
+    """The top command: usage errors go through the output too, so --json gets its JSON error."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        words = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(words, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            output_for(_wants_json(words)).usage_error(e)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(EXIT_PROBLEM)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)  # --help, --version
+
+
+@click.group(cls=_CommandGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(txnlog.__version__, prog_name="txnlog")
 def cli() -> None:
     """Maintain Delta tables: checkpoints, log expiry, tags, consumers, vacuum, restore, validation.
@@ -248,20 +212,20 @@ def _command(name: str, **kwargs: Any) -> Callable[[F], F]:
 
 
 @_command("checkpoint")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.option("--version", "version", type=click.IntRange(min=0), help="The version to checkpoint (default: the latest).")
 @click.pass_context
 def checkpoint_command(ctx: click.Context, /, uri: str, version: int | None, **common: Any) -> None:
     """Write a checkpoint (classic or V2, as the table's protocol says) and _last_checkpoint."""
     settings = _settings(ctx, **common)
 
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
+    def body(progress: maintenance.Progress | None) -> Document:
         if progress:
             progress("checkpoint", 0, 1)
         result = maintenance.checkpoint(_table(uri, settings), version)
         if progress:
             progress("checkpoint", 1, 1)
-        document = {
+        return {
             "version": result.version,
             "paths": list(result.paths),
             "numActions": result.num_actions,
@@ -269,96 +233,31 @@ def checkpoint_command(ctx: click.Context, /, uri: str, version: int | None, **c
             "sizeInBytes": result.size_in_bytes,
         }
 
-        def show(d: dict[str, Any]) -> None:
-            _console().print(
-                f"Checkpoint of version {d['version']}: {d['numAddFiles']} files, {d['numActions']} actions, "
-                f"{_size(d['sizeInBytes'])} in {', '.join(d['paths'])}"
-            )
-
-        return document, show, EXIT_OK
-
-    _run(settings, body)
+    _run(settings, body, lambda out: out.checkpoint)
 
 
 @_command("describe")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.option("--version", "version", type=click.IntRange(min=0), help="Describe this version (default: the latest).")
 @click.pass_context
 def describe_command(ctx: click.Context, /, uri: str, version: int | None, **common: Any) -> None:
     """Version, protocol and features, files, bytes, rows, partitions, checkpoint, properties, tags, consumers."""
     settings = _settings(ctx, **common)
-
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        return maintenance.describe(_table(uri, settings), version).to_dict(), _show_description, EXIT_OK
-
-    _run(settings, body)
-
-
-def _show_description(d: dict[str, Any]) -> None:
-    console = _console()
-    protocol = d["protocol"]
-    features = sorted(set(protocol["readerFeatures"]) | set(protocol["writerFeatures"]))
-    rows = [
-        ("table", d["uri"]),
-        ("version", f"{d['version']} (earliest retained {d['earliestVersion']})"),
-        ("protocol", f"reader {protocol['minReaderVersion']}, writer {protocol['minWriterVersion']}" + (f"; features {', '.join(features)}" if features else "")),
-        ("id", d["id"]),
-        ("name", d["name"] or "-"),
-        ("partition columns", ", ".join(d["partitionColumns"]) or "-"),
-        ("files", f"{d['numFiles']} in {d['numPartitions']} partitions" if d["partitionColumns"] else str(d["numFiles"])),
-        ("size", _size(d["sizeInBytes"])),
-        ("rows", f"{d['numRows']}" + (f" ({d['filesWithoutRowCount']} files without a row count)" if d["filesWithoutRowCount"] else "")),
-        ("last checkpoint", str(d["lastCheckpoint"]["version"]) if d["lastCheckpoint"] else "-"),
-        ("checkpoints", ", ".join(map(str, d["checkpointVersions"])) or "-"),
-    ]
-    table = _rich_table("", "", title=None)
-    table.show_header = False
-    for key, value in rows:
-        table.add_row(key, value)
-    console.print(table)
-    if d["properties"]:
-        props_table = _rich_table("property", "value", title="Properties")
-        for key, value in sorted(d["properties"].items()):
-            props_table.add_row(key, value)
-        console.print(props_table)
-    if d["tags"]:
-        _print_tags(d["tags"])
-    if d["consumers"]:
-        _print_consumers(d["consumers"])
+    _run(settings, lambda progress: maintenance.describe(_table(uri, settings), version).to_dict(), lambda out: out.description)
 
 
 @_command("history")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.option("--limit", type=click.IntRange(min=0), help="Only the newest N versions.")
 @click.pass_context
 def history_command(ctx: click.Context, /, uri: str, limit: int | None, **common: Any) -> None:
     """The commits still in the log, newest first."""
     settings = _settings(ctx, **common)
-
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        entries = [e.to_dict() for e in maintenance.history(_table(uri, settings), limit)]
-
-        def show(items: list[dict[str, Any]]) -> None:
-            table = _rich_table("version", "timestamp", "operation", "parameters", "metrics")
-            for e in items:
-                params = e.get("operationParameters") or {}
-                metrics = e.get("operationMetrics") or {}
-                table.add_row(
-                    str(e["version"]),
-                    _iso(e["timestamp"]),
-                    e.get("operation") or "-",
-                    ", ".join(f"{k}={v}" for k, v in params.items()),
-                    ", ".join(f"{k}={v}" for k, v in metrics.items()),
-                )
-            _console().print(table)
-
-        return entries, show, EXIT_OK
-
-    _run(settings, body)
+    _run(settings, lambda progress: [e.to_dict() for e in maintenance.history(_table(uri, settings), limit)], lambda out: out.history)
 
 
 @_command("files")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.option("--version", "version", type=click.IntRange(min=0), help="List the files of this version.")
 @click.option("--timestamp", type=TIMESTAMP, help="List the files of the version current at this ISO 8601 time.")
 @click.option("--where", help="A SQL predicate on partition columns and stats, e.g. \"region = 'EU'\".")
@@ -369,7 +268,7 @@ def files_command(ctx: click.Context, /, uri: str, version: int | None, timestam
     if version is not None and timestamp is not None:
         raise click.UsageError("give --version or --timestamp, not both")
 
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
+    def body(progress: maintenance.Progress | None) -> Rows:
         files = maintenance.list_files(_table(uri, settings), version=version, timestamp=timestamp, where=where)
         rows = []
         for path, size, parts, mtime, stats in zip(
@@ -384,54 +283,27 @@ def files_command(ctx: click.Context, /, uri: str, version: int | None, timestam
             except (orjson.JSONDecodeError, AttributeError):
                 records = None
             rows.append({"path": path, "size": size, "partitionValues": dict(parts or []), "modificationTime": mtime, "numRecords": records})
+        return rows
 
-        def show(items: list[dict[str, Any]]) -> None:
-            table = _rich_table("path", "size", "partition", "rows", "modified")
-            for r in items:
-                partition = ", ".join(f"{k}={v}" for k, v in r["partitionValues"].items())
-                table.add_row(r["path"], str(r["size"]), partition, "-" if r["numRecords"] is None else str(r["numRecords"]), _iso(r["modificationTime"]))
-            console = _console()
-            console.print(table)
-            console.print(f"{len(items)} files, {_size(sum(r['size'] for r in items))}")
-
-        return rows, show, EXIT_OK
-
-    _run(settings, body)
+    _run(settings, body, lambda out: out.files)
 
 
 @_command("validate")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.pass_context
 def validate_command(ctx: click.Context, /, uri: str, **common: Any) -> None:
     """Check the log and the files; exit 1 if anything is wrong."""
     settings = _settings(ctx, **common)
-
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        report = maintenance.validate(_table(uri, settings), progress=progress)
-
-        def show(d: dict[str, Any]) -> None:
-            console = _console()
-            checked = d["checked"]
-            summary = (
-                f"{checked.get('commits', 0)} commits, {checked.get('checkpoints', 0)} checkpoints "
-                f"({checked.get('checkpointsCompared', 0)} compared with the commits), {checked.get('files', 0)} files"
-            )
-            if d["ok"]:
-                console.print(f"OK: {d['table']} versions {d['earliestVersion']}..{d['latestVersion']}: {summary}")
-                return
-            table = _rich_table("problem", "version", "file", "detail", title=f"{len(d['problems'])} problem(s) in {d['table']}")
-            for p in d["problems"]:
-                table.add_row(p["kind"], "-" if p["version"] is None else str(p["version"]), p["path"] or "-", p["message"])
-            console.print(table)
-            console.print(f"checked {summary}")
-
-        return report.to_dict(), show, EXIT_OK if report.ok else EXIT_PROBLEM
-
-    _run(settings, body)
+    _run(
+        settings,
+        lambda progress: maintenance.validate(_table(uri, settings), progress=progress).to_dict(),
+        lambda out: out.validation,
+        lambda report: EXIT_OK if report["ok"] else EXIT_PROBLEM,
+    )
 
 
 @_command("expire")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.option("--retain-min", type=click.IntRange(min=1), help="Keep at least this many versions (default txnlog.log.retain.min, 10).")
 @click.option("--retain-max", type=click.IntRange(min=1), help="Keep at most this many versions (default txnlog.log.retain.max, unbounded).")
 @click.option("--older-than", type=DURATION, help="Expire only versions older than this, e.g. 30d (default delta.logRetentionDuration).")
@@ -452,36 +324,16 @@ def expire_command(
     """Expire old log versions (Paimon's rules); tags and consumers pin versions."""
     settings = _settings(ctx, **common)
 
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        result = maintenance.expire(
+    def body(progress: maintenance.Progress | None) -> Document:
+        return maintenance.expire(
             _table(uri, settings), retain_min=retain_min, retain_max=retain_max, older_than=older_than, limit=limit, dry_run=dry_run, progress=progress
-        )
+        ).to_dict()
 
-        def show(d: dict[str, Any]) -> None:
-            console = _console()
-            verb = "Would expire" if d["dryRun"] else "Expired"
-            if d["earliestAfter"] == d["earliestBefore"] and not d["deletedFiles"]:
-                console.print(f"Nothing to expire: versions {d['earliestBefore']}..{d['latestVersion']} are all retained.")
-                return
-            console.print(
-                f"{verb} {d['expiredVersions']} versions ({d['earliestBefore']}..{d['earliestAfter'] - 1}); "
-                f"earliest retained version {'would be' if d['dryRun'] else 'is now'} {d['earliestAfter']}; "
-                f"{len(d['deletedFiles'])} log files {'to delete' if d['dryRun'] else 'deleted'}."
-            )
-            if d["checkpointWritten"] is not None:
-                console.print(f"Checkpoint {'needed' if d['dryRun'] else 'written'} at version {d['checkpointWritten']}.")
-            if d["keptTags"]:
-                console.print(f"Kept tagged versions: {', '.join(d['keptTags'])}.")
-            if d["droppedConsumers"]:
-                console.print(f"{'Would drop' if d['dryRun'] else 'Dropped'} inactive consumers: {', '.join(d['droppedConsumers'])}.")
-
-        return result.to_dict(), show, EXIT_OK
-
-    _run(settings, body)
+    _run(settings, body, lambda out: out.expiry)
 
 
 @_command("vacuum")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.option("--retention", type=DURATION, help="Keep files removed or written less than this ago, e.g. 168h (default delta.deletedFileRetentionDuration).")
 @click.option("--dry-run", is_flag=True, help="List what would be deleted and its size; change nothing.")
 @click.option("--force", is_flag=True, help="Allow a retention below the table's delta.deletedFileRetentionDuration.")
@@ -490,58 +342,32 @@ def vacuum_command(ctx: click.Context, /, uri: str, retention: int | None, dry_r
     """Delete data files no retained or tagged version references (old tombstones, orphans)."""
     settings = _settings(ctx, **common)
 
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        result = maintenance.vacuum(_table(uri, settings), retention=retention, dry_run=dry_run, force=force, progress=progress)
+    def body(progress: maintenance.Progress | None) -> Document:
+        return maintenance.vacuum(_table(uri, settings), retention=retention, dry_run=dry_run, force=force, progress=progress).to_dict()
 
-        def show(d: dict[str, Any]) -> None:
-            console = _console()
-            if d["dryRun"]:
-                for path in d["files"]:
-                    console.print(path)
-                console.print(f"Would delete {d['numFiles']} files, {_size(d['sizeInBytes'])} ({d['sizeInBytes']} bytes).")
-            else:
-                console.print(
-                    f"Deleted {d['numFiles']} files, {_size(d['sizeInBytes'])} ({d['sizeInBytes']} bytes); "
-                    f"VACUUM START at version {d['startVersion']}, VACUUM END at version {d['endVersion']}."
-                )
-
-        return result.to_dict(), show, EXIT_OK
-
-    _run(settings, body)
+    _run(settings, body, lambda out: out.vacuum)
 
 
 @_command("export-iceberg")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.option("--full", is_flag=True, help="Rebuild the Iceberg snapshot from the full file list instead of commit by commit.")
 @click.pass_context
 def export_iceberg_command(ctx: click.Context, /, uri: str, full: bool, **common: Any) -> None:
     """Write Iceberg metadata under URI/metadata/: one Iceberg snapshot per Delta commit since the last export."""
     settings = _settings(ctx, **common)
 
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
+    def body(progress: maintenance.Progress | None) -> Document:
         try:
             from txnlog.iceberg import export  # optional: needs the pyiceberg extra (txnlog[iceberg])
         except ImportError as e:  # the optional extra is not installed
             raise TxnLogError(f"export-iceberg needs pyiceberg: pip install 'txnlog[iceberg]' ({e})") from None
-        result = export(_table(uri, settings), full=full)
+        return export(_table(uri, settings), full=full).to_dict()
 
-        def show(d: dict[str, Any]) -> None:
-            console = _console()
-            if not d["snapshotIds"]:
-                console.print(f"Iceberg metadata already shows version {d['deltaVersion']}: {d['metadataLocation']}")
-                return
-            how = f"rebuilt ({d['rebuildReason']})" if d["rebuilt"] else "incremental"
-            console.print(
-                f"Exported Delta version {d['deltaVersion']} as {len(d['snapshotIds'])} Iceberg snapshot(s), {how}: {d['metadataLocation']}"
-            )
-
-        return result.to_dict(), show, EXIT_OK
-
-    _run(settings, body)
+    _run(settings, body, lambda out: out.iceberg_export)
 
 
 @_command("restore")
-@click.argument("uri")
+@click.argument("uri", type=TABLE_URI)
 @click.option("--version", "version", type=click.IntRange(min=0), help="Restore to this version.")
 @click.option("--timestamp", type=TIMESTAMP, help="Restore to the version current at this ISO 8601 time.")
 @click.pass_context
@@ -551,19 +377,10 @@ def restore_command(ctx: click.Context, /, uri: str, version: int | None, timest
     if (version is None) == (timestamp is None):
         raise click.UsageError("give exactly one of --version and --timestamp")
 
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        result = maintenance.restore(_table(uri, settings), version=version, timestamp=timestamp, progress=progress)
+    def body(progress: maintenance.Progress | None) -> Document:
+        return maintenance.restore(_table(uri, settings), version=version, timestamp=timestamp, progress=progress).to_dict()
 
-        def show(d: dict[str, Any]) -> None:
-            _console().print(
-                f"Restored {d['table']} to version {d['restoredVersion']} as version {d['version']}: "
-                f"{d['numRestoredFiles']} files re-added, {d['numRemovedFiles']} removed; "
-                f"{d['numOfFilesAfterRestore']} files, {_size(d['tableSizeAfterRestore'])} now."
-            )
-
-        return result.to_dict(), show, EXIT_OK
-
-    _run(settings, body)
+    _run(settings, body, lambda out: out.restore)
 
 
 # --- tag and consumer: a URI, then a subcommand ------------------------------------------------
@@ -577,7 +394,7 @@ def _group(name: str, help_text: str) -> Callable[[F], F]:
             ctx.ensure_object(dict)
             ctx.meta["cli-settings"] = Settings(json_output, storage_options, debug)
 
-        command = cli.group(name, help=help_text)(click.pass_context(click.argument("uri")(common_options(with_settings))))
+        command = cli.group(name, help=help_text)(click.pass_context(click.argument("uri", type=TABLE_URI)(common_options(with_settings))))
         return command  # type: ignore[return-value]
 
     return decorate
@@ -590,16 +407,6 @@ def _sub_settings(ctx: click.Context, /, **common: Any) -> tuple[str, Settings]:
 
 @_group("tag", "Tags pin a version: tag URI create NAME [--version N] | delete NAME | list.")
 def tag_group() -> None: ...
-
-
-def _print_tags(items: list[dict[str, Any]]) -> None:
-    if not items:
-        _console().print("No tags.")
-        return
-    table = _rich_table("tag", "version", "created", title="Tags")
-    for t in items:
-        table.add_row(t["name"], str(t["version"]), _iso(t["createdTime"]))
-    _console().print(table)
 
 
 def _tag_command(name: str) -> Callable[[F], F]:
@@ -616,12 +423,7 @@ def _tag_command(name: str) -> Callable[[F], F]:
 def tag_create(ctx: click.Context, /, name: str, version: int | None, **common: Any) -> None:
     """Tag a version."""
     uri, settings = _sub_settings(ctx, **common)
-
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        tag = maintenance.tags.create(_table(uri, settings), name, version)
-        return tag.to_dict(), lambda d: _console().print(f"Tagged version {d['version']} as {d['name']}."), EXIT_OK
-
-    _run(settings, body)
+    _run(settings, lambda progress: maintenance.tags.create(_table(uri, settings), name, version).to_dict(), lambda out: out.tag_created)
 
 
 @_tag_command("delete")
@@ -630,12 +432,7 @@ def tag_create(ctx: click.Context, /, name: str, version: int | None, **common: 
 def tag_delete(ctx: click.Context, /, name: str, **common: Any) -> None:
     """Delete a tag (its version is then expired like any other)."""
     uri, settings = _sub_settings(ctx, **common)
-
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        tag = maintenance.tags.delete(_table(uri, settings), name)
-        return tag.to_dict(), lambda d: _console().print(f"Deleted tag {d['name']} (version {d['version']})."), EXIT_OK
-
-    _run(settings, body)
+    _run(settings, lambda progress: maintenance.tags.delete(_table(uri, settings), name).to_dict(), lambda out: out.tag_deleted)
 
 
 @_tag_command("list")
@@ -644,26 +441,16 @@ def tag_list(ctx: click.Context, /, **common: Any) -> None:
     """List the tags."""
     uri, settings = _sub_settings(ctx, **common)
 
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
+    def body(progress: maintenance.Progress | None) -> Rows:
         table = _table(uri, settings)
         table.latest_version()  # TableNotFoundError for a URI with no table
-        return [t.to_dict() for t in maintenance.tags.list_tags(table)], _print_tags, EXIT_OK
+        return [t.to_dict() for t in maintenance.tags.list_tags(table)]
 
-    _run(settings, body)
+    _run(settings, body, lambda out: out.tags)
 
 
 @_group("consumer", "Consumers pin the versions a streaming reader still needs: consumer URI list | reset ID --version N | delete ID.")
 def consumer_group() -> None: ...
-
-
-def _print_consumers(items: list[dict[str, Any]]) -> None:
-    if not items:
-        _console().print("No consumers.")
-        return
-    table = _rich_table("consumer", "next version", "last heartbeat", title="Consumers")
-    for c in items:
-        table.add_row(c["id"], str(c["nextVersion"]), _iso(c["lastHeartbeat"]))
-    _console().print(table)
 
 
 def _consumer_command(name: str) -> Callable[[F], F]:
@@ -679,12 +466,12 @@ def consumer_list(ctx: click.Context, /, **common: Any) -> None:
     """List the consumers."""
     uri, settings = _sub_settings(ctx, **common)
 
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
+    def body(progress: maintenance.Progress | None) -> Rows:
         table = _table(uri, settings)
-        table.latest_version()
-        return [c.to_dict() for c in maintenance.consumers.list_consumers(table)], _print_consumers, EXIT_OK
+        table.latest_version()  # TableNotFoundError for a URI with no table
+        return [c.to_dict() for c in maintenance.consumers.list_consumers(table)]
 
-    _run(settings, body)
+    _run(settings, body, lambda out: out.consumers)
 
 
 @_consumer_command("reset")
@@ -694,12 +481,7 @@ def consumer_list(ctx: click.Context, /, **common: Any) -> None:
 def consumer_reset(ctx: click.Context, /, consumer_id: str, version: int, **common: Any) -> None:
     """Move a consumer to another next version."""
     uri, settings = _sub_settings(ctx, **common)
-
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        consumer = maintenance.consumers.reset(_table(uri, settings), consumer_id, version)
-        return consumer.to_dict(), lambda d: _console().print(f"Consumer {d['id']} now reads from version {d['nextVersion']}."), EXIT_OK
-
-    _run(settings, body)
+    _run(settings, lambda progress: maintenance.consumers.reset(_table(uri, settings), consumer_id, version).to_dict(), lambda out: out.consumer_reset)
 
 
 @_consumer_command("delete")
@@ -708,15 +490,7 @@ def consumer_reset(ctx: click.Context, /, consumer_id: str, version: int, **comm
 def consumer_delete(ctx: click.Context, /, consumer_id: str, **common: Any) -> None:
     """Delete a consumer: it no longer pins any version."""
     uri, settings = _sub_settings(ctx, **common)
-
-    def body(progress: maintenance.Progress | None) -> tuple[Any, Callable[[Any], None], int]:
-        consumer = maintenance.consumers.delete(_table(uri, settings), consumer_id)
-        return consumer.to_dict(), lambda d: _console().print(f"Deleted consumer {d['id']}."), EXIT_OK
-
-    _run(settings, body)
-
-
-# export-iceberg (txnlog.iceberg.export) is added here by the Iceberg integration.
+    _run(settings, lambda progress: maintenance.consumers.delete(_table(uri, settings), consumer_id).to_dict(), lambda out: out.consumer_deleted)
 
 
 def main() -> None:
