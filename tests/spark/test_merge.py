@@ -168,3 +168,37 @@ def test_bad_arguments_name_the_problem(spark, tmp_path):
     with pytest.raises(InvalidArgumentError, match="not a column of the source"):
         merge(spark, uri, source(spark, [(1, "EU", 1.0)]), on="id", when_matched_update="*")
     assert MergeCondition.parse("t.a = s.b AND t.c = 'x'").pairs == (("a", "b"),)
+
+
+def test_history_records_the_on_condition_and_the_clauses_as_delta_spark_does(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    table = make_table(uri, [(0, 10)])
+    src = spark.createDataFrame([(1, "EU", 1.0, True), (2, "EU", 2.0, False), (50, "US", 5.0, False)], "key long, region string, amount double, gone boolean")
+    merge(spark, uri, src, on="t.key = s.key", when_matched_update={"amount": "s.amount"}, when_matched_delete="s.gone",
+          when_not_matched_insert="*")
+    merge(spark, uri, source(spark, [(3, "US", 0.0)]), on=["key"], when_matched_delete=True)
+    newest, older = table.history(limit=2)
+    assert older.commit_info.operation_parameters == {
+        "predicate": '["t.key = s.key"]',
+        "matchedPredicates": '[{"predicate":"s.gone","actionType":"delete"},{"actionType":"update"}]',
+        "notMatchedPredicates": '[{"actionType":"insert"}]',
+        "notMatchedBySourcePredicates": "[]",
+    }
+    assert newest.commit_info.operation_parameters == {
+        "predicate": '["t.`key` = s.`key`"]',
+        "matchedPredicates": '[{"actionType":"delete"}]',
+        "notMatchedPredicates": "[]",
+        "notMatchedBySourcePredicates": "[]",
+    }
+
+
+def test_keys_and_columns_named_with_a_dot(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    schema = pa.schema([("k.id", pa.int64()), ("a b", pa.string()), ("v`x", pa.float64())])
+    table = Table.create(uri, schema, partition_by=["a b"])
+    table.append(pa.table({"k.id": list(range(6)), "a b": ["p", "q"] * 3, "v`x": [0.0] * 6}, schema=schema))
+    src = spark.createDataFrame([(1, "q", 10.0), (2, "p", 20.0), (9, "p", 90.0)], "`k.id` long, `a b` string, `v``x` double")
+    merge(spark, uri, src, on=["k.id"], when_matched_update="*", when_not_matched_insert="*")
+    data = deltalake.DeltaTable(uri).to_pyarrow_table()
+    got = sorted(zip(*[data.column(c).to_pylist() for c in ("k.id", "a b", "v`x")]))
+    assert got == [(0, "p", 0.0), (1, "q", 10.0), (2, "p", 20.0), (3, "q", 0.0), (4, "p", 0.0), (5, "q", 0.0), (9, "p", 90.0)]

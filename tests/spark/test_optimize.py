@@ -151,3 +151,17 @@ def test_concurrent_delete_of_a_compacted_file_makes_it_replan(spark, tmp_path):
     assert "DELETE" in result.conflicts[0]
     assert table_rows(uri) == expected  # the deleted rows did not come back
     assert Table(uri).snapshot().num_files == 1
+
+
+def test_compacts_a_table_partitioned_by_a_column_named_with_a_dot(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.int64()), ("d.ay", pa.string())])
+    table = Table.create(uri, schema, partition_by=["d.ay"])
+    for i in range(4):
+        table.append(pa.table({"id": [i, i + 10], "d.ay": ["x", "y"]}, schema=schema))
+    result = optimize(spark, uri)
+    assert (result.files_removed, result.files_added) == (8, 2)
+    data = deltalake.DeltaTable(uri).to_pyarrow_table()
+    assert sorted(zip(data.column("id").to_pylist(), data.column("d.ay").to_pylist())) == sorted(
+        [(i, "x") for i in range(4)] + [(i + 10, "y") for i in range(4)]
+    )

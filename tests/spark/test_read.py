@@ -53,3 +53,14 @@ def test_an_empty_table_reads_as_no_rows_with_its_schema(spark: Any, log_writer:
     log_writer().create()
     df = ts.read(spark, tmp_table_uri)
     assert df.columns == ["id", "part"] and df.count() == 0
+
+
+def test_a_table_another_engine_wrote_with_dots_spaces_and_backticks_in_names(spark: Any, tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    uri = str(tmp_path / "t")
+    data = pa.table({"a.b": [1, 2, 3, 4], "c d": ["x", "y", "x", "y"], "e`f": [0.5, 1.5, 2.5, 3.5]})
+    deltalake.write_deltalake(uri, data, partition_by=["c d"])
+    df = ts.read(spark, uri)
+    assert df.columns == ["a.b", "c d", "e`f"]
+    assert sorted(tuple(r) for r in df.collect()) == sorted(zip(*data.to_pydict().values()))
+    assert sorted(r[0] for r in ts.read(spark, uri, predicate="`c d` = 'y' AND `a.b` > 2").collect()) == [4]

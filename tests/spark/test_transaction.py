@@ -91,3 +91,36 @@ def test_files_add_remove_and_write_files(spark: Any, tmp_path: Path) -> None:
             tx.remove(["no-such-file.parquet"])
     assert ts.read(spark, uri).count() == 30
     assert txnlog.Table(uri).history(1)[0].commit_info.operation == "OPTIMIZE"
+
+
+def test_delete_and_update_record_their_predicates_as_delta_spark_does(spark: Any, tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    uri = _table(spark, tmp_path)
+    with ts.transaction(spark, uri, operation="DELETE") as tx:
+        tx.delete("id < 3")
+    with ts.transaction(spark, uri, operation="UPDATE") as tx:
+        tx.update("id = 10", set={"v": "v + 1"})
+        tx.update("p = '2'", set={"v": "0"})
+    newest, older = txnlog.Table(uri).history(2)
+    # A JSON-encoded list of the conditions, each as written, in the order they ran.
+    assert older.commit_info.operation_parameters == {"predicate": '["id < 3"]'}
+    assert newest.commit_info.operation_parameters == {"predicate": '["id = 10","p = \'2\'"]'}
+    # An independent reader sees the same text.
+    assert deltalake.DeltaTable(uri).history(1)[0]["operationParameters"] == {"predicate": '["id = 10","p = \'2\'"]'}
+
+
+def test_update_and_delete_on_columns_named_with_a_dot(spark: Any, tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    uri = str(tmp_path / "t")
+    ts.write(spark.range(0, 12).selectExpr("id", "id % 3 as `a.b`", "cast(id as string) as `c d`"), uri, partition_by=["a.b"])
+    with ts.transaction(spark, uri) as tx:
+        assert tx.update("`a.b` = 1 AND id > 5", set={"c d": "concat(`c d`, '!')"}) == 1
+        assert tx.delete("`a.b` = 2") == 1  # a partition predicate: the file goes whole
+        tx.write(spark.createDataFrame([(100, 2, "new")], "id long, `a.b` long, `c d` string"))
+    seen = deltalake.DeltaTable(uri).to_pyarrow_table()
+    rows = sorted(zip(*[seen.column(c).to_pylist() for c in ("id", "a.b", "c d")]))
+    expected = sorted(
+        [(i, i % 3, f"{i}!" if i % 3 == 1 and i > 5 else str(i)) for i in range(12) if i % 3 != 2] + [(100, 2, "new")]
+    )
+    assert rows == expected
+    assert sorted(tuple(r) for r in ts.read(spark, uri, predicate="`a.b` = 1").collect()) == [r for r in expected if r[1] == 1]

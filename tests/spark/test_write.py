@@ -257,3 +257,107 @@ def test_executors_write_to_s3_with_the_storage_options(spark: Any, s3_bucket: s
     assert snap.num_files == 2
     rows = deltalake.DeltaTable(uri, storage_options=moto_s3).to_pyarrow_table()
     assert sorted(rows.column("id").to_pylist()) == list(range(500))
+
+
+# Names other engines write and Spark would read as paths or split: a dot, a space, a backtick.
+ODD_NAMES = "id long, `a.b` long, `c d` string, `x``y` double"
+
+
+def _odd_rows(start: int, n: int) -> list[tuple[Any, ...]]:
+    return [(i, i % 2, f"v{i}", i / 2) for i in range(start, start + n)]
+
+
+def test_column_names_with_dots_spaces_and_backticks_round_trip_through_deltalake(spark: Any, tmp_path: Path) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    plain, partitioned = str(tmp_path / "plain"), str(tmp_path / "partitioned")
+    assert ts.write(spark.createDataFrame(_odd_rows(0, 6), ODD_NAMES), plain) == 0
+    assert ts.write(spark.createDataFrame(_odd_rows(0, 6), ODD_NAMES), partitioned, partition_by=["a.b"]) == 0
+    # An append is repartitioned by the table's partition column "a.b".
+    assert ts.write(spark.createDataFrame(_odd_rows(6, 6), ODD_NAMES), partitioned) == 1
+    assert sorted(p.name for p in (tmp_path / "partitioned").iterdir() if p.name != "_delta_log") == ["a.b=0", "a.b=1"]
+    for uri, n in ((plain, 6), (partitioned, 12)):
+        expected = _odd_rows(0, n)
+        seen = deltalake.DeltaTable(uri).to_pyarrow_table()
+        assert sorted(seen.column_names) == sorted(["id", "a.b", "c d", "x`y"])
+        assert sorted(zip(*[seen.column(c).to_pylist() for c in ("id", "a.b", "c d", "x`y")])) == expected
+        assert _sorted(ts.read(spark, uri).collect()) == expected
+    with pytest.raises(SchemaError) as info:
+        ts.write(spark.createDataFrame(_odd_rows(0, 1), ODD_NAMES), str(tmp_path / "other"), partition_by=["a.c"])
+    assert info.value.field == "a.c"
+
+
+def test_an_empty_append_commits_nothing_and_an_empty_overwrite_removes_the_rows(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    empty = spark.createDataFrame([], "id long, p string")
+    assert ts.write(empty, uri, partition_by=["p"]) == 0  # the table is still created
+    assert ts.write(empty, uri) is None
+    assert ts.write(spark.createDataFrame([(1, "a")], "id long, p string"), uri) == 1
+    assert ts.write(empty, uri) is None
+    assert ts.write(empty.where("id > 0"), uri, mode="overwrite", replace_where="p = 'b'") is None  # nothing matched
+    assert txnlog.Table(uri).latest_version() == 1
+    assert ts.write(empty, uri, mode="overwrite") == 2  # the old rows go
+    assert ts.read(spark, uri).count() == 0
+    assert ts.write(empty, uri, mode="overwrite") is None  # nothing left to remove
+    # An app version is progress worth recording even without rows: a replay is then skipped.
+    assert ts.write(empty, uri, app_id="job", app_version=1) == 3
+    assert ts.write(empty, uri, app_id="job", app_version=1) is None
+    assert [e.commit_info.operation for e in txnlog.Table(uri).history()] == ["WRITE", "WRITE", "WRITE", "CREATE TABLE AS SELECT"]
+
+
+def test_the_driver_checks_the_schema_without_opening_the_store(spark: Any, tmp_path: Path) -> None:
+    from txnlog.schema import arrow_to_delta_schema
+    from txnlog.spark.writer import check_schema
+
+    schema_string = arrow_to_delta_schema(pa.schema([("id", pa.int64()), ("name", pa.string())]))
+    good = spark.createDataFrame([(1, "a")], "id long, name string")
+    bad = spark.createDataFrame([(1, 2)], "id long, extra long")
+    # A store that cannot even be opened: the check does not need one.
+    check_schema(good, txnlog.WriteContext("nosuch://bucket/t", schema_string))
+    # The error is the one a write raises.
+    ctx = txnlog.WriteContext(str(tmp_path / "t"), schema_string)
+    with pytest.raises(SchemaError, match="'extra'") as info:
+        check_schema(bad, ctx)
+    with pytest.raises(SchemaError) as written:
+        ctx.write(pa.schema([("id", pa.int64()), ("extra", pa.int64())]).empty_table())
+    assert (str(info.value), info.value.field) == (str(written.value), written.value.field)
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_worker_python_that_cannot_import_a_module_is_named_in_one_line(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import sys
+
+    from pyspark.sql import functions as F
+
+    from txnlog.spark._common import SPARK_FAILURES, job_error
+
+    # A module only the driver can import: the workers' Python lacks it as a Python without
+    # txnlog lacks txnlog (the function is pickled by reference to its module).
+    name = f"driver_only_{os.getpid()}"
+    (tmp_path / f"{name}.py").write_text("def double(x):\n    return None if x is None else 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(name)
+    monkeypatch.setitem(sys.modules, name, module)
+    df = spark.range(3).select(F.udf(module.double, "long")("id").alias("id"))
+
+    with pytest.raises(SPARK_FAILURES) as raw:  # Spark's own error, from a real worker
+        df.collect()
+    error = job_error(raw.value, "the test job")
+    assert isinstance(error, ts.SparkWorkerPythonError) and error.module == name
+    message = str(error)
+    assert "\n" not in message and name in message and "PYSPARK_PYTHON" in message and "spark.pyspark.python" in message
+
+    # The writer's job raises it, and nothing is committed.
+    uri = tmp_path / "t"
+    with pytest.raises(ts.SparkWorkerPythonError, match=name):
+        ts.write(df, str(uri))
+    assert not txnlog.Table(str(uri)).exists()
+
+    # A task failing for another reason stays a plain SparkJobError with Spark's message.
+    def fail(x):  # type: ignore[no-untyped-def]  # no hints: PySpark would read them as a pandas UDF's
+        raise ValueError("bad row")
+
+    with pytest.raises(SPARK_FAILURES) as other:
+        spark.range(1).select(F.udf(fail, "long")("id")).collect()
+    plain = job_error(other.value, "the test job")
+    assert type(plain) is ts.SparkJobError and "bad row" in str(plain)

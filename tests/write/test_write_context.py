@@ -15,8 +15,9 @@ from deltalake import DeltaTable
 
 import txnlog
 from txnlog import Table, WriteContext
-from txnlog.errors import InvalidArgumentTypeError, ProtocolViolationError, SchemaError
+from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, ProtocolViolationError, SchemaError, TxnLogError
 from txnlog.log.file_actions import FILES_SCHEMA
+from txnlog.schema import arrow_to_delta_schema
 
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string()), ("value", pa.float64())])
 
@@ -86,3 +87,61 @@ def test_table_append_and_transaction_write_use_it(tmp_path: Path) -> None:
         assert txn.write_context() == WriteContext.for_snapshot(table.snapshot())
         txn.write(_rows(2, 10))
     assert txnlog.Table(table.uri).snapshot().num_files == 4
+
+
+# --- check_schema: a write's schema checks without the write ---------------------------------
+
+_NESTED = pa.schema([("id", pa.int64()), ("s", pa.struct([("x", pa.int32())]))])
+_REQUIRED = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+
+
+def _context(schema: pa.Schema, partition_columns: tuple[str, ...] = (), uri: str = "memory://unused/t", **configuration: str) -> WriteContext:
+    return WriteContext(uri, arrow_to_delta_schema(schema), partition_columns, configuration)
+
+
+# (case, context, data schema): each a schema error a write raises before its first row.
+_BAD_SCHEMAS = [
+    ("extra column", _context(SCHEMA), pa.schema([("id", pa.int64()), ("extra", pa.int64())])),
+    ("uncastable type", _context(SCHEMA), pa.schema([("id", pa.int64()), ("value", pa.string())])),
+    ("missing non-nullable column", _context(_REQUIRED), pa.schema([("v", pa.string())])),
+    ("columns differing in case", _context(SCHEMA), pa.schema([("id", pa.int64()), ("ID", pa.int64())])),
+    ("uncastable nested field", _context(_NESTED), pa.schema([("s", pa.struct([("x", pa.string())]))])),
+    ("partition column not in the schema", _context(SCHEMA, ("nope",)), SCHEMA),
+    ("nested partition column", _context(_NESTED, ("s",)), _NESTED),
+    ("every column a partition column", _context(pa.schema([("p", pa.string())]), ("p",)), pa.schema([("p", pa.string())])),
+    ("column mapping without physical names", _context(SCHEMA, **{"delta.columnMapping.mode": "name"}), SCHEMA),
+    ("constraint on a missing column", _context(SCHEMA, **{"delta.constraints.c": "nope > 0"}), SCHEMA),
+    ("constraint that does not parse", _context(SCHEMA, **{"delta.constraints.c": "id >"}), SCHEMA),
+    ("target file size not positive", _context(SCHEMA, **{"delta.targetFileSize": "0"}), SCHEMA),
+]
+
+
+def _raised(call: Any) -> tuple[type[BaseException], str, Any]:
+    with pytest.raises(TxnLogError) as e:
+        call()
+    return type(e.value), str(e.value), getattr(e.value, "field", None)
+
+
+@pytest.mark.parametrize("context,data_schema", [c[1:] for c in _BAD_SCHEMAS], ids=[c[0] for c in _BAD_SCHEMAS])
+def test_check_schema_raises_exactly_what_a_write_raises(context: WriteContext, data_schema: pa.Schema) -> None:
+    assert _raised(lambda: context.check_schema(data_schema)) == _raised(lambda: context.write(data_schema.empty_table()))
+
+
+def test_check_schema_writes_nothing_and_never_opens_the_store(tmp_path: Path) -> None:
+    table = Table.create(tmp_path / "t", SCHEMA, partition_by=["part"], properties={"delta.constraints.positive": "id >= 0"})
+    context = WriteContext.for_snapshot(table.snapshot())
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    context.check_schema(pa.schema([("value", pa.float32()), ("ID", pa.int32()), ("part", pa.large_string())]))
+    with pytest.raises(SchemaError, match="'extra'"):
+        context.check_schema(pa.schema([("id", pa.int64()), ("extra", pa.int64())]))
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    # A store that cannot even be opened: a write fails on it, the check does not need it.
+    elsewhere = _context(SCHEMA, uri="nosuch://bucket/t")
+    elsewhere.check_schema(SCHEMA)
+    with pytest.raises(InvalidArgumentError, match="nosuch"):
+        elsewhere.write(SCHEMA.empty_table())
+
+
+def test_check_schema_takes_a_schema() -> None:
+    with pytest.raises(InvalidArgumentTypeError):
+        _context(SCHEMA).check_schema(_rows(2))  # type: ignore[arg-type]

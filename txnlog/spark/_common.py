@@ -10,10 +10,12 @@ from __future__ import annotations
 import base64
 import pickle
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
+from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -102,6 +104,60 @@ class SparkJobError(TxnLogError):
     a task's Python error); the message carries Spark's. Nothing was committed."""
 
 
+class SparkWorkerPythonError(SparkJobError):
+    """Spark's Python workers could not import a module the job needs (``module``): they run an
+    interpreter without txnlog and its dependencies. Nothing was committed."""
+
+    def __init__(self, message: str, *, module: str) -> None:
+        super().__init__(message)
+        self.module = module
+
+
+def _spark_failures() -> tuple[type[Exception], ...]:
+    try:  # py4j is optional: the Spark Connect-only client lacks it, and raises PySparkExceptions only
+        from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    except ImportError:
+        return (PySparkException,)
+    return (PySparkException, Py4JError)
+
+
+#: What a Spark action raises on the driver when the job fails: PySpark's exceptions, and a raw
+#: Py4J error for a JVM failure PySpark does not convert (a Python worker that cannot start).
+SPARK_FAILURES = _spark_failures()
+# How Python reports an import that failed, in a worker's traceback carried by Spark's error.
+_MISSING_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def job_error(error: BaseException, job: str) -> SparkJobError:
+    """The txnlog error for a failed Spark job (``job`` says what it did): a
+    :class:`SparkWorkerPythonError` saying what to set when a worker could not import a module,
+    else a :class:`SparkJobError` carrying Spark's message."""
+    text = str(error)
+    missing = _MISSING_MODULE.search(text)
+    if missing is not None:
+        module = missing.group(1)
+        return SparkWorkerPythonError(
+            f"{job} failed: Spark's Python workers cannot import {module!r}; set PYSPARK_PYTHON "
+            f"(or spark.pyspark.python) to a Python that has txnlog installed (the driver runs {sys.executable})",
+            module=module,
+        )
+    return SparkJobError(f"{job} failed: {text.strip()[:2000]}")
+
+
+# --- column names in Spark ------------------------------------------------------------------
+
+
+def quote_column(name: str) -> str:
+    """``name`` as one Spark SQL identifier: backticks around it, its own backticks doubled, so
+    that a dot or a space is part of the name rather than a path into a struct."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column(name: str) -> Any:
+    """The top-level column called ``name`` (whatever characters it holds)."""
+    return F.col(quote_column(name))
+
+
 # --- errors raised in tasks -----------------------------------------------------------------
 
 
@@ -118,13 +174,18 @@ def decode_error(text: str) -> TxnLogError:
 
 
 __all__ = [
+    "SPARK_FAILURES",
     "SparkJobError",
+    "SparkWorkerPythonError",
     "arrow_schema_of",
+    "column",
     "decode_error",
     "delta_schema_of",
     "encode_error",
     "hadoop_path",
+    "job_error",
     "path_key",
+    "quote_column",
     "require_dataframe",
     "spark_path_key",
     "spark_schema_of",

@@ -41,6 +41,7 @@ from sqlglot import exp
 
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError
 from txnlog.snapshot import Snapshot
+from txnlog.spark._common import quote_column
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import write_files
@@ -82,7 +83,7 @@ class MergeCondition:
             if not names or not all(isinstance(n, str) and n for n in names):
                 raise InvalidArgumentError(f"merge on= must name at least one key column, got {on!r}")
             pairs = tuple((n, n) for n in names)
-            return cls(" AND ".join(f"t.{_quote(t)} = s.{_quote(s)}" for t, s in pairs), pairs)
+            return cls(" AND ".join(f"t.{quote_column(t)} = s.{quote_column(s)}" for t, s in pairs), pairs)
         try:
             tree = sqlglot.parse_one(on, read="spark")
         except sqlglot.errors.SqlglotError as e:
@@ -117,10 +118,6 @@ def _qualified(node: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 # -- the source's key range as a predicate on the target -------------------------------------
 
 
@@ -150,7 +147,7 @@ def key_range_predicate(pairs: Sequence[tuple[str, str]], bounds: Mapping[str, t
         low, high = bounds.get(source, (None, None))
         lo, hi = _sql_literal(low), _sql_literal(high)
         if lo is not None and hi is not None:
-            terms.append(f"{_quote(target)} >= {lo} AND {_quote(target)} <= {hi}")
+            terms.append(f"{quote_column(target)} >= {lo} AND {quote_column(target)} <= {hi}")
     return " AND ".join(terms) if terms else None
 
 
@@ -168,7 +165,7 @@ def _assignments(what: str, value: Assignments, columns: Sequence[str], source_c
         missing = [c for c in columns if c.lower() not in lowered]
         if missing and what == "when_matched_update":
             raise InvalidArgumentError(f"{what}='*' needs every target column in the source; missing {missing}")
-        return {c: f"s.{_quote(lowered[c.lower()])}" for c in columns if c.lower() in lowered}
+        return {c: f"s.{quote_column(lowered[c.lower()])}" for c in columns if c.lower() in lowered}
     if not isinstance(value, Mapping):
         raise InvalidArgumentTypeError(f"{what} must be a dict of column -> expression or '*', got {type(value).__name__}")
     by_lower = {c.lower(): c for c in columns}
@@ -180,6 +177,26 @@ def _assignments(what: str, value: Assignments, columns: Sequence[str], source_c
             raise InvalidArgumentTypeError(f"{what}[{name!r}] must be a Spark SQL expression string, got {type(expression).__name__}")
         out[by_lower[name.lower()]] = expression
     return out
+
+
+def merge_parameters(
+    on: str | Sequence[str], when_matched_update: Assignments, when_matched_delete: bool | str, when_not_matched_insert: Assignments
+) -> dict[str, Any]:
+    """The MERGE commit's ``operationParameters`` in delta-spark's form: ``predicate`` the list
+    of ON conditions, and per clause kind the list of clauses in the order they apply, each
+    ``{"predicate": condition, "actionType": ...}`` (no ``predicate`` when unconditional). A
+    matched row is deleted before it is updated, so the delete clause comes first."""
+    matched: list[dict[str, str]] = []
+    if when_matched_delete:
+        matched.append({"actionType": "delete"} if when_matched_delete is True else {"predicate": str(when_matched_delete), "actionType": "delete"})
+    if when_matched_update is not None:
+        matched.append({"actionType": "update"})
+    return {
+        "predicate": [MergeCondition.parse(on).sql],
+        "matchedPredicates": matched,
+        "notMatchedPredicates": [{"actionType": "insert"}] if when_not_matched_insert is not None else [],
+        "notMatchedBySourcePredicates": [],
+    }
 
 
 def _open(uri: str | Table, storage_options: Mapping[str, Any] | None) -> Table:
@@ -223,7 +240,7 @@ def merge_into(
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [source]
     try:
-        key_columns = [F.col(_quote(source_key)) for _, source_key in condition.pairs]
+        key_columns = [F.col(quote_column(source_key)) for _, source_key in condition.pairs]
         all_keys_set = F.lit(True)
         for column in key_columns:
             all_keys_set = all_keys_set & column.isNotNull()
@@ -274,13 +291,13 @@ def merge_into(
                     deleted = F.lit(False)
                 if updates is not None:
                     cells = [
-                        F.when(matched & ~deleted, F.expr(updates[c])).otherwise(F.col(f"t.{_quote(c)}")).cast(spark_types[c]).alias(c)
+                        F.when(matched & ~deleted, F.expr(updates[c])).otherwise(F.col(f"t.{quote_column(c)}")).cast(spark_types[c]).alias(c)
                         if c in updates
-                        else F.col(f"t.{_quote(c)}").cast(spark_types[c]).alias(c)
+                        else F.col(f"t.{quote_column(c)}").cast(spark_types[c]).alias(c)
                         for c in columns
                     ]
                 else:
-                    cells = [F.col(f"t.{_quote(c)}").cast(spark_types[c]).alias(c) for c in columns]
+                    cells = [F.col(f"t.{quote_column(c)}").cast(spark_types[c]).alias(c) for c in columns]
                 outputs.append(rewritten.where(~deleted).select(*cells))
             if inserts is not None:
                 new_rows = s.join(target, join, "left_anti")
@@ -335,7 +352,7 @@ def _matched_files(uri: str, target: Any, source: Any, join: Any, condition: Mer
         matched = target.join(source, join, "left_semi").select(F.col(FILE_COLUMN).alias("file")).distinct()
         return [r["file"] for r in matched.collect()]
 
-    keys = [F.col(f"t.{_quote(t)}").alias(f"k{i}") for i, (t, _) in enumerate(condition.pairs)]
+    keys = [F.col(f"t.{quote_column(t)}").alias(f"k{i}") for i, (t, _) in enumerate(condition.pairs)]
     per_key = (
         target.join(source, join, "inner")
         .select(F.col(f"t.{FILE_COLUMN}").alias("file"), F.col(f"s.{SOURCE_ROW_COLUMN}").alias("sid"), *keys)
@@ -388,11 +405,7 @@ def merge(
     ``CommitConflictError`` subclasses, ambiguous matches ``DuplicateMatchError``.
     """
     table = _open(uri, storage_options)
-    params = {
-        "predicate": on if isinstance(on, str) else list(on),
-        "matchedPredicates": [c for c, on_ in (("update", when_matched_update), ("delete", when_matched_delete)) if on_],
-        "notMatchedPredicates": ["insert"] if when_not_matched_insert is not None else [],
-    }
+    params = merge_parameters(on, when_matched_update, when_matched_delete, when_not_matched_insert)
     with table.transaction("MERGE", isolation, operation_parameters=params) as txn:
         metrics = merge_into(
             txn,
@@ -409,4 +422,4 @@ def merge(
     return txn.result
 
 
-__all__ = ["MergeCondition", "MergeMetrics", "key_range_predicate", "merge", "merge_into"]
+__all__ = ["MergeCondition", "MergeMetrics", "key_range_predicate", "merge", "merge_into", "merge_parameters"]

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from txnlog import properties as props
 from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
 from txnlog.snapshot import Snapshot
+from txnlog.spark._common import column
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import write_files
 from txnlog.table import Table
@@ -154,7 +155,7 @@ def optimize(
             # All rows of a partition in one task, so each comes back as files of about the
             # target size (not one file per input task).
             partition_columns = list(snapshot.partition_columns)
-            df = df.repartition(len(bins), *partition_columns) if partition_columns else df.coalesce(len(bins))
+            df = df.repartition(len(bins), *[column(c) for c in partition_columns]) if partition_columns else df.coalesce(len(bins))
             adds = write_files(df, ctx, target_file_size=target, data_change=False)
             txn.remove_files(inputs, data_change=False)
             txn.add_files(adds, data_change=False)

@@ -30,7 +30,7 @@ from txnlog.file_facts import is_column_mapped, parse_partition_values
 from txnlog.log.codec import decode_dv
 from txnlog.log.deletion_vectors import DeletionVectorError, read_deletion_vector
 from txnlog.properties import PHYSICAL_NAME_KEY
-from txnlog.spark._common import hadoop_path, path_key, spark_path_key, spark_schema_of
+from txnlog.spark._common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
 from txnlog.table import Table, Timestamp
 
 if TYPE_CHECKING:
@@ -175,9 +175,9 @@ def read_files(spark: SparkSession, snapshot: Snapshot, files: pa.Table, *, with
         name = field["name"]
         target = by_name[name].dataType
         if name.lower() in partition_set:
-            source = F.col(f"`{name}`")
+            source = column(name)
         else:
-            source = F.col(f"`{physical[name] if mapped else name}`")
+            source = column(physical[name] if mapped else name)
         columns.append(source.cast(target).alias(name) if (mapped or name.lower() in partition_set) else source.alias(name))
     if with_file_column:
         columns.append(F.col(FILE_COLUMN))

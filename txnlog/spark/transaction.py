@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from txnlog.errors import FileNotLiveError, InvalidArgumentError, InvalidArgumentTypeError, TransactionError
 from txnlog.log.actions import AddFile
-from txnlog.spark._common import require_dataframe
+from txnlog.spark._common import column, require_dataframe
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import check_schema, files_table, files_with_matches, remove_where, write_files
 from txnlog.table import Table
@@ -42,6 +42,7 @@ class SparkTransaction:
         # The live files as this transaction sees them: the snapshot's, less staged removes,
         # plus staged adds, so a delete after an update in one transaction sees the update.
         self._view: pa.Table | None = None
+        self._predicates: list[str] = []
 
     @property
     def snapshot(self) -> Snapshot:
@@ -54,6 +55,12 @@ class SparkTransaction:
     def result(self) -> CommitResult | None:
         """The committed version, once the ``with`` block has committed."""
         return self.txn.result
+
+    def _record_predicate(self, predicate: str) -> None:
+        """Name the rows a DELETE or UPDATE chose in the commit's ``operationParameters``, as
+        delta-spark does: ``predicate`` is the JSON list of every such condition, in order."""
+        self._predicates.append(predicate)
+        self.txn.operation_parameters["predicate"] = list(self._predicates)
 
     def _live(self) -> pa.Table:
         return self._view if self._view is not None else self.snapshot.files()
@@ -145,6 +152,7 @@ class SparkTransaction:
         """Delete the rows matching ``predicate`` (copy-on-write: files whose partition values
         match are dropped, a file holding matching and other rows is rewritten without the
         matching ones). Returns how many files were removed."""
+        self._record_predicate(predicate)
         removed, added = remove_where(self.spark, self.txn, predicate, files=self._live())
         self._staged(removed, added)
         return int(removed.num_rows)
@@ -157,9 +165,10 @@ class SparkTransaction:
             raise InvalidArgumentError("update() needs at least one column in set")
         snapshot = self.snapshot
         names = {f.name.lower(): f.name for f in snapshot.schema}
-        for column in set:
-            if column.lower() not in names:
-                raise InvalidArgumentError(f"update() sets column {column!r}, which table {snapshot.uri} does not have")
+        for target in set:
+            if target.lower() not in names:
+                raise InvalidArgumentError(f"update() sets column {target!r}, which table {snapshot.uri} does not have")
+        self._record_predicate(predicate)
         self.txn.filter_files(predicate)  # records the read
         candidates = snapshot.predicate(predicate).filter(self._live())
         if candidates.num_rows == 0:
@@ -172,7 +181,7 @@ class SparkTransaction:
         new_values = {names[c.lower()]: e for c, e in set.items()}
         types = {f.name: f.dataType for f in source.schema.fields}
         updated = source.select(*[
-            F.when(matches, F.expr(new_values[c]).cast(types[c])).otherwise(F.col(f"`{c}`")).alias(c) if c in new_values else F.col(f"`{c}`")
+            F.when(matches, F.expr(new_values[c]).cast(types[c])).otherwise(column(c)).alias(c) if c in new_values else column(c)
             for c in source.columns
         ])
         self.txn.remove_files(hit)

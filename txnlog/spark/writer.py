@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
@@ -32,7 +31,15 @@ from txnlog.log.file_actions import FILES_SCHEMA, table_from_log_dicts
 from txnlog.predicates import FilePredicate
 from txnlog.schema import arrow_to_delta_schema
 from txnlog.snapshot import Snapshot
-from txnlog.spark._common import SparkJobError, arrow_schema_of, decode_error, delta_schema_of, encode_error, require_dataframe
+from txnlog.spark._common import (
+    SPARK_FAILURES,
+    arrow_schema_of,
+    decode_error,
+    delta_schema_of,
+    encode_error,
+    job_error,
+    require_dataframe,
+)
 from txnlog.spark.reader import FILE_COLUMN, read_files
 from txnlog.table import Table
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
@@ -56,20 +63,28 @@ class _WriteTask:
     own files are deleted by ``WriteContext.write``.
     """
 
-    def __init__(self, ctx: WriteContext, data_change: bool, require: str | None) -> None:
+    def __init__(self, ctx: WriteContext, data_change: bool, require: str | None, column_names: Sequence[str]) -> None:
         self.ctx = ctx
         self.data_change = data_change
         self.require = require
+        self.column_names = list(column_names)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
-            source = self._checked(batches) if self.require is not None else batches
+            named = self._named(batches)
+            source = self._checked(named) if self.require is not None else named
             written = self.ctx.write(source, data_change=self.data_change)
         except TxnLogError as e:
             yield pa.RecordBatch.from_pydict({"add": [None], "error": [encode_error(e)]}, schema=_RESULT_SCHEMA)
             return
         rows = [orjson.dumps(encode_action(a)["add"]).decode() for a in written.add_files]
         yield pa.RecordBatch.from_pydict({"add": rows, "error": [None] * len(rows)}, schema=_RESULT_SCHEMA)
+
+    def _named(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The DataFrame's own column names back on the rows (they travel under positional ones)."""
+        for batch in batches:
+            schema = pa.schema([f.with_name(n) for f, n in zip(batch.schema, self.column_names)])
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
     def _checked(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """Rows must satisfy the replaceWhere condition (a null result does not)."""
@@ -114,18 +129,30 @@ def write_files(
             raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
         ctx = dataclasses.replace(ctx, target_file_size=int(target_file_size))
     check_schema(df, ctx)
+    names = list(df.columns)
+    # mapInArrow and repartition look columns up by name, and a name such as "a.b" reads as a
+    # path into a struct there: the rows travel under positional names, renamed back in the task.
+    positional = [f"_txnlog_c{i}" for i in range(len(names))]
     columns = list(partition_by) if partition_by is not None else list(ctx.partition_columns)
-    if columns:
-        missing = [c for c in columns if c.lower() not in {n.lower() for n in df.columns}]
-        if missing:
-            raise SchemaError(f"partition column '{missing[0]}' is not a column of the DataFrame", field=missing[0])
-        df = df.repartition(*columns)
-    task = _WriteTask(ctx, data_change, require)
+    by_name = {n: p for n, p in zip(names, positional)}
+    by_lower = {n.lower(): p for n, p in zip(names, positional)}
+    keys = []
+    for c in columns:
+        key = by_name.get(c, by_lower.get(c.lower()))
+        if key is None:
+            raise SchemaError(f"partition column '{c}' is not a column of the DataFrame", field=c)
+        keys.append(key)
+    task = _WriteTask(ctx, data_change, require, names)
+    job = f"the Spark job writing data files of table {ctx.table_uri}"
     try:
-        rows = df.mapInArrow(task, _RESULT_DDL).collect()  # one small row per file, never the data
-    except PySparkException as e:
-        # A task failed outside txnlog's own checks (a bad input row, a lost executor...).
-        raise SparkJobError(f"the Spark job writing data files of table {ctx.table_uri} failed: {str(e).strip()[:2000]}") from e
+        rows_df = df.toDF(*positional)
+        if keys:
+            rows_df = rows_df.repartition(*keys)
+        rows = rows_df.mapInArrow(task, _RESULT_DDL).collect()  # one small row per file, never the data
+    except SPARK_FAILURES as e:
+        # A task failed outside txnlog's own checks (a bad input row, a lost executor, a
+        # worker Python without txnlog...).
+        raise job_error(e, job) from e
     errors = [r["error"] for r in rows if r["error"] is not None]
     adds = [r["add"] for r in rows if r["add"] is not None]
     if errors:
@@ -144,9 +171,7 @@ def write_files(
 def check_schema(df: DataFrame, ctx: WriteContext) -> None:
     """SchemaError naming the column unless ``df``'s columns and types fit the table: the same
     check the executors make, done once on the driver before any file is written."""
-    empty = arrow_schema_of(df).empty_table()
-    written = ctx.write(empty)  # checks the schema; no rows, so no file
-    assert not written.add_files
+    ctx.check_schema(arrow_schema_of(df))
 
 
 def _add_columns(snapshot_schema: pa.Schema, df_schema: pa.Schema) -> pa.Schema | None:
@@ -252,7 +277,8 @@ def write(
     target_file_size: int | None = None,
 ) -> CommitResult | None:
     """Write ``df`` to the table at ``uri`` in one commit; the version committed, or None when
-    nothing was written (``mode="ignore"`` on an existing table, or ``app_version`` already done).
+    nothing was written (``mode="ignore"`` on an existing table, ``app_version`` already done,
+    or an empty DataFrame appended: no commit, as in delta-spark).
 
     ``mode``: "append"; "overwrite" replaces every row (or, with ``replace_where``, only rows
     matching it, and then every written row must match it too); "error" refuses an existing
@@ -286,14 +312,29 @@ def write(
             txn.set_app_transaction(app_id, int(app_version))
         ctx = txn.write_context()
         check_schema(df, ctx)  # before any file is written, the rewrite of replace_where's too
+        removed = 0
         if mode == "overwrite" and txn.snapshot is not None:
             if replace_where is None:
-                txn.remove_files(txn.read_whole_table())
+                live = txn.read_whole_table()
+                txn.remove_files(live)
+                removed = live.num_rows
             else:
-                remove_where(df.sparkSession, txn, replace_where, ctx=ctx)
+                removed = remove_where(df.sparkSession, txn, replace_where, ctx=ctx)[0].num_rows
         adds = write_files(df, ctx, target_file_size=target_file_size, require=replace_where)
         txn.add_files(adds)
+        if _changes_nothing(txn, adds, removed, app_id):
+            txn.abort()
+            return None
     return txn.result
+
+
+def _changes_nothing(txn: OptimisticTransaction, adds: Sequence[AddFile], removed: int, app_id: str | None) -> bool:
+    """Whether a write of an existing table stages no action at all (no file added or removed,
+    no new schema, no app version): then there is nothing to commit. delta-spark skips such an
+    empty commit too (``skipRecordingEmptyCommits``)."""
+    if txn.snapshot is None or adds or removed or app_id is not None:
+        return False
+    return txn.metadata == txn.snapshot.metadata
 
 
 __all__ = ["MODES", "check_schema", "files_table", "remove_where", "write", "write_files"]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from txnlog import properties as props
+from txnlog.errors import InvalidArgumentTypeError
 from txnlog.file_facts import ColumnPath, is_column_mapped, physical_schema, stats_columns
 from txnlog.log.actions import AddFile, Metadata
 from txnlog.log.codec import encode_action
@@ -27,7 +28,7 @@ from txnlog.log.file_actions import table_from_log_dicts
 from txnlog.schema import delta_schema_to_arrow
 from txnlog.storage import LogStore, normalize_uri, open_store
 from txnlog.write.constraints import check_constraints, constraint_predicates
-from txnlog.write.parquet import as_reader, write_data_files
+from txnlog.write.parquet import as_reader, check_write_schema, write_data_files
 
 if TYPE_CHECKING:  # annotations only
     from txnlog.predicates import FilePredicate
@@ -116,6 +117,25 @@ class WriteContext:
         return open_store(self.table_uri, self.storage_options)
 
     # -- writing ----------------------------------------------------------------------------
+
+    def check_schema(self, data_schema: pa.Schema) -> None:
+        """Raise the error :meth:`write` would raise for data of ``data_schema`` before its
+        first row (a constraint that does not parse, a partition column missing from the table
+        schema or nested, a physical name missing under column mapping, a column the table does
+        not have or of a type that cannot be cast to the table's), without opening the store or
+        writing anything. Errors that depend on the rows (nulls in a non-nullable column, a
+        value that does not fit, a violated constraint) need the rows: only :meth:`write` sees
+        those."""
+        if not isinstance(data_schema, pa.Schema):
+            raise InvalidArgumentTypeError(f"check_schema takes a pyarrow Schema, got {type(data_schema).__name__}")
+        self.constraints()
+        check_write_schema(
+            data_schema,
+            table_schema=self.schema,
+            partition_columns=self.partition_columns,
+            configuration=self.configuration,
+            target_file_size=self.file_size,
+        )
 
     def write(
         self,

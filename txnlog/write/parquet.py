@@ -98,12 +98,8 @@ def write_data_files(
     The files are not part of the table until a commit adds them. ``target_file_size``
     defaults to the table's ``delta.targetFileSize``.
     """
-    target = target_file_size if target_file_size is not None else TARGET_FILE_SIZE.get(configuration)
-    if target <= 0:
-        raise TxnLogError(f"target_file_size must be positive, got {target}")
     reader = as_reader(data)
-    layout = _Layout(table_schema, partition_columns, configuration)
-    plan = _plan(reader.schema, table_schema)
+    target, layout, plan = _prepare(reader.schema, table_schema, partition_columns, configuration, target_file_size)
     files = _FileSet(store, layout, target, data_change, file_prefix, compression)
     try:
         for batch in reader:
@@ -116,6 +112,35 @@ def write_data_files(
     except BaseException:
         files.abort()
         raise
+
+
+def check_write_schema(
+    data_schema: pa.Schema,
+    *,
+    table_schema: pa.Schema,
+    partition_columns: Sequence[str],
+    configuration: Mapping[str, str],
+    target_file_size: int | None = None,
+) -> None:
+    """Raise what :func:`write_data_files` would raise for data of ``data_schema`` before its
+    first row (the table's layout, the data's columns and types), writing nothing."""
+    _prepare(data_schema, table_schema, partition_columns, configuration, target_file_size)
+
+
+def _prepare(
+    data_schema: pa.Schema,
+    table_schema: pa.Schema,
+    partition_columns: Sequence[str],
+    configuration: Mapping[str, str],
+    target_file_size: int | None,
+) -> tuple[int, _Layout, list[int | None]]:
+    """(target file size, layout, source column of each table column): every check a write
+    makes before its first row, in the order it makes them."""
+    target = target_file_size if target_file_size is not None else TARGET_FILE_SIZE.get(configuration)
+    if target <= 0:
+        raise TxnLogError(f"target_file_size must be positive, got {target}")
+    layout = _Layout(table_schema, partition_columns, configuration)
+    return target, layout, _plan(data_schema, table_schema)
 
 
 def as_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
