@@ -30,9 +30,9 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
 
 from txnlog import Snapshot, Table
-from txnlog.storage import TableLocation
 from txnlog.errors import VersionNotFoundError
 from txnlog.log.filenames import LAST_CHECKPOINT, LOG_DIR
+from txnlog.storage import TableLocation
 
 Row = dict[str, Any]
 

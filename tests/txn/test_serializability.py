@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from txnlog import Table
-from txnlog.storage import TableLocation
 from txnlog.errors import CommitConflictError, ConcurrentAppendError, ConcurrentDeleteReadError
 from txnlog.log.file_actions import file_keys
+from txnlog.storage import TableLocation
 from txnlog.txn.isolation import IsolationLevel
 
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.int64()), ("value", pa.int64())])
