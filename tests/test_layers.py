@@ -1,4 +1,4 @@
-"""The core's layers, enforced: storage -> file facts -> log -> predicates -> snapshot -> write
+"""The core's layers, enforced: storage -> file facts -> log -> table configuration -> predicates -> snapshot -> write
 -> txn -> table -> the package's public names -> engines. A module imports only from its own
 layer or below; no import circles; a lazy import (inside a function) only for an optional
 dependency, with a comment saying so."""
@@ -11,7 +11,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "txnlog"
 
 # Layer of each module, by its dotted name's longest matching prefix.
-LAYERS = {
+LAYERS: dict[str, float] = {
     "txnlog._version": 0,
     "txnlog.errors": 0,
     "txnlog.properties": 0,
@@ -19,6 +19,7 @@ LAYERS = {
     "txnlog.storage": 1,
     "txnlog.file_facts": 2,
     "txnlog.log": 3,
+    "txnlog.table_configuration": 3.5,
     "txnlog.predicates": 4,
     "txnlog.snapshot": 5,
     "txnlog.write": 6,
@@ -35,7 +36,7 @@ LAYERS = {
 }
 
 
-def layer(module: str) -> int:
+def layer(module: str) -> float:
     best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
     return LAYERS[best]
 
@@ -55,10 +56,11 @@ def _type_checking_blocks(tree: ast.AST) -> set[int]:
     return ids
 
 
-def imports(path: Path) -> list[tuple[int, str, bool]]:
-    """(line, imported module, inside a function) of every runtime import in ``path``."""
+def imports(path: Path, *, typing_too: bool = False) -> list[tuple[int, str, bool]]:
+    """(line, imported module, inside a function) of every runtime import in ``path`` (and,
+    with ``typing_too``, of those under ``if TYPE_CHECKING:``)."""
     tree = ast.parse(path.read_text(), str(path))
-    skip = _type_checking_blocks(tree)
+    skip = set() if typing_too else _type_checking_blocks(tree)
     in_function = {
         id(sub)
         for node in ast.walk(tree)
@@ -139,3 +141,37 @@ def test_the_core_never_names_an_engine() -> None:
     for path in core_modules():
         for line, target, _ in imports(path):
             assert not target.startswith("txnlog") or layer(target) < 10, f"{module_name(path)}:{line} imports engine {target}"
+
+
+def test_snapshot_txn_and_write_never_name_the_table_even_for_typing() -> None:
+    # They hold a TableLocation; a Table is what sits above them all.
+    offenders = [
+        f"{module_name(path)}:{line} imports {target}"
+        for path in core_modules()
+        if module_name(path).startswith(("txnlog.snapshot", "txnlog.txn", "txnlog.write"))
+        for line, target, _ in imports(path, typing_too=True)
+        if target == "txnlog.table" or target.startswith("txnlog.table.")
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_no_type_level_circle_through_table_or_snapshot() -> None:
+    graph = {
+        module_name(p): {t for _, t, _ in imports(p, typing_too=True) if t.startswith("txnlog.") and t != module_name(p)}
+        for p in core_modules()
+    }
+
+    def reaches(start: str, goal: str) -> list[str] | None:
+        seen, stack = {start}, [[start]]
+        while stack:
+            path = stack.pop()
+            for nxt in sorted(graph.get(path[-1], ())):
+                if nxt == goal:
+                    return [*path, nxt]
+                if nxt not in seen and not nxt.startswith(path[-1] + "."):
+                    seen.add(nxt)
+                    stack.append([*path, nxt])
+        return None
+
+    circles = [c for m in ("txnlog.table", "txnlog.snapshot") if (c := reaches(m, m)) is not None]
+    assert not circles, "\n".join(" -> ".join(c) for c in circles)

@@ -8,6 +8,7 @@ from txnlog.log.history import HistoryEntry
 from txnlog.retrying import retry
 from txnlog.snapshot import Snapshot
 from txnlog.table import Table
+from txnlog.table_configuration import TableConfiguration
 from txnlog.txn.hooks import PostCommitContext
 from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
@@ -24,6 +25,7 @@ __all__ = [
     "RemoveFile",
     "Snapshot",
     "Table",
+    "TableConfiguration",
     "TxnLogError",
     "WriteContext",
     "WrittenFiles",

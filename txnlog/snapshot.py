@@ -1,32 +1,31 @@
 """Snapshot: the read view of a table at one version, a pure function of the log.
 
-It sits below transactions and the :class:`~txnlog.table.Table` entry point: it knows the store
-it reads from and the log-level :class:`~txnlog.log.replay.TableState`, nothing above.
+It sits below transactions and the :class:`~txnlog.table.Table` entry point: it knows where the
+table is (a :class:`~txnlog.storage.TableLocation`), the log-level
+:class:`~txnlog.log.replay.TableState` and the :class:`~txnlog.table_configuration.TableConfiguration`
+derived from it, nothing above.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError, operation_context
-from txnlog.file_facts import physical_names
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
-from txnlog.log.features import check_readable
 from txnlog.log.replay import TableState, advance, read_commits, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.predicates import FilePredicate
 from txnlog.storage.base import LogStore
-from txnlog.storage.paths import FileLocation, locate
-
-if TYPE_CHECKING:  # for annotations only: a Table sits above its snapshots
-    from txnlog.table import Table
+from txnlog.storage.location import TableLocation
+from txnlog.storage.paths import FileLocation
+from txnlog.table_configuration import TableConfiguration
 
 log = logging.getLogger(__name__)
 
@@ -78,33 +77,37 @@ def load_state(store: LogStore, version: int | None = None) -> TableState:
 
 
 class Snapshot:
-    """The state of a table at one version.
+    """The state of a table at one version, read from ``location`` (a
+    :class:`~txnlog.storage.TableLocation`, or a bare store).
 
-    ``allow_absolute_paths``: resolve file paths outside the table root (shallow clones) instead
-    of refusing them; see :mod:`txnlog.storage.paths`.
+    ``allow_absolute_paths`` (with a bare store): resolve file paths outside the table root
+    (shallow clones) instead of refusing them; see :mod:`txnlog.storage.paths`.
     """
 
-    def __init__(
-        self,
-        store: LogStore,
-        state: TableState,
-        *,
-        table: Table | None = None,
-        allow_absolute_paths: bool = False,
-    ) -> None:
-        self.store = store
+    def __init__(self, location: TableLocation | LogStore, state: TableState, *, allow_absolute_paths: bool = False) -> None:
+        if not isinstance(location, TableLocation):
+            location = TableLocation(location, allow_absolute_paths=allow_absolute_paths)
+        #: Where the table is: its store, storage options and the absolute-path opt-in.
+        self.location = location
         self._state = state
-        #: The Table that opened this snapshot, if any.
-        self.table = table
-        self.allow_absolute_paths = allow_absolute_paths
-        check_readable(state.protocol, f"table {store.root_uri} at version {state.version}")
+        #: The protocol and metadata at this version, and what derives from them.
+        self.table_configuration = TableConfiguration.from_actions(state.protocol, state.metadata)
+        self.table_configuration.check_readable(f"table {location.uri} at version {state.version}")
 
     def __repr__(self) -> str:
         return f"Snapshot({self.uri!r}, version={self.version}, files={self.num_files})"
 
     @property
     def uri(self) -> str:
-        return self.store.root_uri
+        return self.location.uri
+
+    @property
+    def store(self) -> LogStore:
+        return self.location.store
+
+    @property
+    def allow_absolute_paths(self) -> bool:
+        return self.location.allow_absolute_paths
 
     @property
     def state(self) -> TableState:
@@ -133,11 +136,12 @@ class Snapshot:
 
     @property
     def configuration(self) -> Mapping[str, str]:
+        """The table properties as stored; :attr:`table_configuration` has what they mean."""
         return self._state.metadata.configuration
 
     def table_property(self, prop: props.TableProperty[Any]) -> Any:
         """A typed table property, e.g. ``snap.table_property(txnlog.properties.CHECKPOINT_INTERVAL)``."""
-        return prop.get(self._state.metadata.configuration)
+        return self.table_configuration.table_property(prop)
 
     @property
     def num_files(self) -> int:
@@ -183,7 +187,7 @@ class Snapshot:
     def locate(self, path: str) -> FileLocation:
         """Where the data file ``path`` (an ``add.path`` of this snapshot) is; raises
         UnsafePathError naming the version and path if it leaves the table root."""
-        return locate(self.uri, path, allow_absolute=self.allow_absolute_paths, version=self.version)
+        return self.location.locate(path, version=self.version)
 
     def file_uris(self, predicate: str | FilePredicate | None = None) -> list[str]:
         """Absolute URIs of the live data files; UnsafePathError for a path that leaves the table root."""
@@ -192,7 +196,8 @@ class Snapshot:
     def predicate(self, predicate: str | FilePredicate) -> FilePredicate:
         if isinstance(predicate, FilePredicate):
             return predicate
-        return FilePredicate(predicate, self.schema, self.partition_columns, physical_names(self.schema, self.configuration))
+        config = self.table_configuration
+        return FilePredicate(predicate, config.schema, config.partition_columns, config.physical_names)
 
     def tombstones(self) -> pa.Table:
         """Removed files not live again (the columns of ``TOMBSTONES_SCHEMA``), for vacuum."""
@@ -222,7 +227,7 @@ class Snapshot:
             )
 
     def _with(self, state: TableState) -> Snapshot:
-        return Snapshot(self.store, state, table=self.table, allow_absolute_paths=self.allow_absolute_paths)
+        return Snapshot(self.location, state)
 
     def update(self) -> Snapshot:
         """This snapshot brought up to the latest version, reading only the commits after it."""

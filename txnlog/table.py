@@ -1,8 +1,9 @@
 """Table: the entry point. It opens snapshots, starts transactions, walks history.
 
 A :class:`~txnlog.snapshot.Snapshot` is the read view below it; an
-:class:`~txnlog.txn.transaction.OptimisticTransaction` the write path, which hands its
-post-commit state back to the table (so the next snapshot need not re-read that commit).
+:class:`~txnlog.txn.transaction.OptimisticTransaction` the write path. Neither holds the Table:
+both get its :class:`~txnlog.storage.TableLocation`, and a transaction hands its post-commit state
+back through the ``on_commit`` callback (so the next snapshot need not re-read that commit).
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from txnlog.log.history import HistoryEntry
 from txnlog.log.replay import TableState
 from txnlog.log.segment import LogListing, build_segment
 from txnlog.snapshot import Snapshot, load_state
-from txnlog.storage import LogStore, normalize_uri, open_store
-from txnlog.storage.paths import locate
+from txnlog.storage import LogStore, TableLocation, normalize_uri, open_store
 from txnlog.txn.create import create_table
 from txnlog.txn.hooks import HookRegistry, default_hooks
 from txnlog.txn.isolation import IsolationLevel
@@ -73,27 +73,43 @@ class Table:
         if store is not None:
             if normalize_uri(uri) != store.root_uri:
                 raise InvalidArgumentError(f"store is rooted at {store.root_uri}, not at the table URI {uri}")
-            self.store = store
         else:
-            self.store = open_store(uri, storage_options)
-        self.storage_options = dict(storage_options or {})
-        self.allow_absolute_paths = allow_absolute_paths
+            store = open_store(uri, storage_options)
+        #: What snapshots and transactions of this table hold instead of the Table.
+        self.location = TableLocation(store, dict(storage_options or {}), allow_absolute_paths)
         #: Post-commit hooks of transactions on this table (a copy of the default registry).
         self.hooks: HookRegistry = default_hooks.copy()
         # The latest state seen, not a Snapshot: a Snapshot refers to its Table, and a cycle
         # would keep large file lists alive until the cyclic garbage collector runs.
         self._latest_state: TableState | None = None
 
+    @classmethod
+    def from_location(cls, location: TableLocation) -> Table:
+        """The table at ``location`` (sharing its store), e.g. for a post-commit hook."""
+        return cls(location.uri, location.storage_options, store=location.store, allow_absolute_paths=location.allow_absolute_paths)
+
     @property
     def uri(self) -> str:
-        return self.store.root_uri
+        return self.location.uri
+
+    @property
+    def store(self) -> LogStore:
+        return self.location.store
+
+    @property
+    def storage_options(self) -> Mapping[str, Any]:
+        return self.location.storage_options
+
+    @property
+    def allow_absolute_paths(self) -> bool:
+        return self.location.allow_absolute_paths
 
     def __repr__(self) -> str:
         return f"Table({self.uri!r})"
 
     def data_file_uri(self, path: str) -> str:
         """The absolute URI of a data file named by an add or remove action (refusing escapes)."""
-        return locate(self.uri, path, allow_absolute=self.allow_absolute_paths).uri
+        return self.location.locate(path).uri
 
     def exists(self) -> bool:
         return LogListing.of(self.store.list_from(LOG_DIR)).latest_version() is not None
@@ -102,7 +118,7 @@ class Table:
         return build_segment(self.store).version
 
     def _snapshot(self, state: TableState) -> Snapshot:
-        return Snapshot(self.store, state, table=self, allow_absolute_paths=self.allow_absolute_paths)
+        return Snapshot(self.location, state)
 
     def snapshot(self, version: int | None = None, timestamp: Timestamp | None = None) -> Snapshot:
         """The table at ``version``, or as of ``timestamp`` (ms since the epoch, ISO string or
@@ -151,13 +167,15 @@ class Table:
         """
         table = cls(uri, storage_options, store=store)
         create_table(
-            table,
+            table.location,
             schema,
             partition_by=partition_by,
             properties=properties,
             mode=mode,
             name=name,
             description=description,
+            hooks=table.hooks,
+            on_commit=table._remember,
         )
         return table
 
@@ -171,9 +189,18 @@ class Table:
     ) -> OptimisticTransaction:
         """A transaction reading the latest snapshot; use it as a context manager."""
         options.setdefault("on_commit", self._remember)
+        options.setdefault("hooks", self.hooks)
         return OptimisticTransaction(
-            self, self.snapshot(), operation=operation, isolation=isolation, operation_parameters=operation_parameters, **options
+            self.location, self.snapshot(), operation=operation, isolation=isolation, operation_parameters=operation_parameters, **options
         )
+
+    def create_transaction(
+        self, operation: str = "CREATE TABLE", *, operation_parameters: Mapping[str, Any] | None = None, **options: Any
+    ) -> OptimisticTransaction:
+        """A transaction that creates this table: it reads no snapshot, and its first call must be
+        ``update_metadata`` (the schema)."""
+        options.setdefault("hooks", self.hooks)
+        return OptimisticTransaction(self.location, None, operation=operation, operation_parameters=operation_parameters, **options)
 
     def append(
         self,
@@ -192,8 +219,7 @@ class Table:
         with self.transaction("WRITE", operation_parameters={"mode": "Append"}) as txn:
             if app_id is not None:
                 assert app_version is not None
-                done = txn.app_transaction_version(app_id)
-                if done is not None and done >= app_version:
+                if txn.already_applied(app_id, app_version):
                     txn.abort()
                     return None
                 txn.set_app_transaction(app_id, app_version)

@@ -34,7 +34,7 @@ def _plugin(site: Path) -> None:
                 def __call__(self, ctx):
                     if ctx.configuration.get("myhook.enabled") != "true":
                         return
-                    out = pathlib.Path(ctx.table.store.root_path) / "hook-seen.json"
+                    out = pathlib.Path(ctx.location.store.root_path) / "hook-seen.json"
                     out.write_text(json.dumps({"version": ctx.version, "operation": ctx.operation,
                                                "files": ctx.snapshot.num_files}))
 

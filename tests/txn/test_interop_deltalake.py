@@ -32,13 +32,14 @@ from deltalake.exceptions import DeltaError
 from txnlog import Snapshot, Table
 from txnlog.errors import VersionNotFoundError
 from txnlog.log.filenames import LAST_CHECKPOINT, LOG_DIR
+from txnlog.storage import TableLocation
 
 Row = dict[str, Any]
 
 # --- helpers (also used by test_concurrency_processes.py) ------------------------------------
 
 
-def read_rows(table: Table, files: pa.Table, schema: pa.Schema) -> pa.Table:
+def read_rows(table: Table | TableLocation, files: pa.Table, schema: pa.Schema) -> pa.Table:
     """The rows of ``files`` (rows of ``Snapshot.files()``) read with plain pyarrow.
 
     Partition columns are not stored in the data files: their values come from the log's
@@ -62,7 +63,7 @@ def read_rows(table: Table, files: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def live_rows(snapshot: Snapshot) -> pa.Table:
     """Every row of ``snapshot``, read with pyarrow from its live files."""
-    return read_rows(snapshot.table, snapshot.files(), snapshot.schema)
+    return read_rows(snapshot.location, snapshot.files(), snapshot.schema)
 
 
 def sorted_rows(rows: pa.Table | Iterable[Row], key: Sequence[str] = ("id",)) -> list[Row]:

@@ -25,12 +25,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from txnlog import Table
 from txnlog.errors import CommitConflictError, ConcurrentAppendError, ConcurrentDeleteReadError
 from txnlog.log.file_actions import file_keys
+from txnlog.storage import TableLocation
 from txnlog.txn.isolation import IsolationLevel
 
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.int64()), ("value", pa.int64())])
 
 
-def read_rows(table: Table, files: pa.Table, schema: pa.Schema) -> pa.Table:
+def read_rows(table: Table | TableLocation, files: pa.Table, schema: pa.Schema) -> pa.Table:
     """The rows of ``files`` (partition columns restored from partition values)."""
     fs, root = table.store.arrow_filesystem()
     pieces = []
@@ -52,7 +53,7 @@ def _unescape(path: str) -> str:
 def copy_on_write(txn, predicate: str, change) -> pa.Table:
     """UPDATE/DELETE by rewriting the files ``predicate`` finds: returns the files read."""
     files = txn.filter_files(predicate)
-    rows = read_rows(txn.table, files, txn.metadata.schema)
+    rows = read_rows(txn.location, files, txn.metadata.schema)
     txn.remove_files(files)
     new_rows = change(rows, txn.snapshot.predicate(predicate).row_filter())
     if new_rows.num_rows:

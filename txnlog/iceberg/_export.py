@@ -658,7 +658,7 @@ def _export_commits(work: _Work, delta: DeltaSnapshot, last: int) -> None:
     parsed = [_commit_files(c) for c in commits]
     # The metadata in force before the first commit: the latest one unless a commit changes it.
     if any(m is not None for _, _, m in parsed):
-        current: Metadata = delta.table.snapshot(last).metadata if delta.table is not None else _snapshot_at(delta, last).metadata
+        current: Metadata = _snapshot_at(delta, last).metadata
     else:
         current = delta.metadata
     _sync_schema(work, current)
@@ -670,7 +670,7 @@ def _export_commits(work: _Work, delta: DeltaSnapshot, last: int) -> None:
 
 
 def _snapshot_at(delta: DeltaSnapshot, version: int) -> DeltaSnapshot:
-    return Table(delta.uri, store=delta.store, allow_absolute_paths=delta.allow_absolute_paths).snapshot(version)
+    return Table.from_location(delta.location).snapshot(version)
 
 
 def _export_commit(work: _Work, delta: DeltaSnapshot, commit: Commit, adds: pa.Table, removes: pa.Table, metadata: Metadata) -> None:

@@ -12,6 +12,7 @@ from types import ModuleType
 
 from txnlog import properties as props
 from txnlog.iceberg._errors import IcebergExportError
+from txnlog.storage import TableLocation
 from txnlog.table import Table
 from txnlog.txn.hooks import PostCommitContext
 
@@ -58,27 +59,27 @@ class IcebergExportHook:
     def __call__(self, ctx: PostCommitContext) -> None:
         conf = ctx.configuration
         with self._lock:
-            error = self._errors.pop(ctx.table.uri, None)
+            error = self._errors.pop(ctx.uri, None)
         if error is not None:
-            raise IcebergExportError(f"background Iceberg export of {ctx.table.uri} after an earlier commit failed: {error}") from error
+            raise IcebergExportError(f"background Iceberg export of {ctx.uri} after an earlier commit failed: {error}") from error
         if not export_enabled(conf):
             return
         if not props.ICEBERG_EXPORT_ASYNC.get(conf):
-            result = _exporter(ctx.table.uri).export_snapshot(ctx.snapshot)
-            log.debug("exported %s version %d to Iceberg: %s", ctx.table.uri, ctx.version, result)
+            result = _exporter(ctx.uri).export_snapshot(ctx.snapshot)
+            log.debug("exported %s version %d to Iceberg: %s", ctx.uri, ctx.version, result)
             return
         with self._lock:
-            if ctx.table.uri in self._pending:
+            if ctx.uri in self._pending:
                 return  # the queued run reads the newest log when it starts
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="txnlog-iceberg")
-            self._pending[ctx.table.uri] = self._executor.submit(self._run, ctx.table)
+            self._pending[ctx.uri] = self._executor.submit(self._run, ctx.location)
 
-    def _run(self, table: Table) -> None:
+    def _run(self, table: TableLocation) -> None:
         with self._lock:
             self._pending.pop(table.uri, None)
         try:
-            _exporter(table.uri).export(Table(table.uri, store=table.store, allow_absolute_paths=table.allow_absolute_paths))
+            _exporter(table.uri).export(Table.from_location(table))
         except Exception as e:
             log.warning("background Iceberg export of %s failed", table.uri, exc_info=True)
             with self._lock:

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from txnlog import Table
 from txnlog import properties as props
 from txnlog.errors import ExpiryFailedError, InvalidArgumentError
 from txnlog.maintenance import _core, arguments, consumers, tags
@@ -34,7 +35,6 @@ from txnlog.maintenance._layout import LogLayout
 
 if TYPE_CHECKING:
     from txnlog.snapshot import Snapshot
-    from txnlog.table import Table
     from txnlog.txn.hooks import PostCommitContext
 
 log = logging.getLogger(__name__)
@@ -265,22 +265,22 @@ class ExpiryHook:
         conf = ctx.configuration
         background = props.LOG_EXPIRE_ASYNC.get(conf)
         with self._lock:
-            error = self._errors.pop(ctx.table.uri, None)
+            error = self._errors.pop(ctx.uri, None)
         if error is not None:
-            raise ExpiryFailedError(f"log expiry of {ctx.table.uri} after an earlier commit failed: {error}") from error
+            raise ExpiryFailedError(f"log expiry of {ctx.uri} after an earlier commit failed: {error}") from error
         if not (background or props.ENABLE_EXPIRED_LOG_CLEANUP.get(conf)):
             return
         snapshot = ctx.snapshot
         if not background:
-            expire(ctx.table, snapshot=snapshot)
+            expire(Table.from_location(ctx.location), snapshot=snapshot)
             return
         with self._lock:
-            if ctx.table.uri in self._pending:
+            if ctx.uri in self._pending:
                 return  # one queued run per table is enough: it sees the newest log
-            self._pending.add(ctx.table.uri)
+            self._pending.add(ctx.uri)
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="txnlog-expire")
-            self._executor.submit(self._run_in_background, ctx.table, snapshot)
+            self._executor.submit(self._run_in_background, Table.from_location(ctx.location), snapshot)
 
     def _run_in_background(self, table: Table, snapshot: Snapshot) -> None:
         with self._lock:

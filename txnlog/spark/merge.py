@@ -220,7 +220,7 @@ def merge_into(
     the caller commits, possibly with more actions such as a streaming batch's app transaction)."""
     snapshot = txn.snapshot
     if snapshot is None:
-        raise InvalidArgumentError(f"merge into {txn.table.uri}: the table does not exist yet")
+        raise InvalidArgumentError(f"merge into {txn.uri}: the table does not exist yet")
     if when_matched_update is None and not when_matched_delete and when_not_matched_insert is None:
         raise InvalidArgumentError("merge needs at least one of when_matched_update, when_matched_delete, when_not_matched_insert")
     if when_matched_update is not None and when_matched_delete is True:
@@ -265,7 +265,7 @@ def merge_into(
         else:
             predicate = key_range_predicate(condition.pairs, bounds)
             candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
-        log.info("merge into %s: %d source rows, %d of %d files may match", txn.table.uri, source_rows, candidates.num_rows, snapshot.num_files)
+        log.info("merge into %s: %d source rows, %d of %d files may match", txn.uri, source_rows, candidates.num_rows, snapshot.num_files)
 
         s = source.alias("s")
         outputs = []
@@ -277,7 +277,7 @@ def merge_into(
             cached.append(target)
             join = F.expr(condition.sql)
             if matched_clause:
-                touched_paths = _matched_files(txn.table.uri, target, s, join, condition, check_duplicates=not unique_keys)
+                touched_paths = _matched_files(txn.uri, target, s, join, condition, check_duplicates=not unique_keys)
                 touched = candidates.filter(pc.is_in(candidates.column("path"), value_set=pa.array(touched_paths, pa.string())))
             if touched.num_rows:
                 touched_target = target.where(F.col(f"t.{FILE_COLUMN}").isin(list(touched.column("path").to_pylist()))).alias("t")

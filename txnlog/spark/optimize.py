@@ -25,7 +25,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txnlog import properties as props
 from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
 from txnlog.snapshot import Snapshot
 from txnlog.spark._common import column
@@ -135,7 +134,7 @@ def optimize(
     for attempt in range(1, max_attempts + 1):
         snapshot = table.snapshot()
         _check_predicate(snapshot, predicate)
-        target = target_file_size if target_file_size is not None else props.TARGET_FILE_SIZE.get(snapshot.configuration)
+        target = target_file_size if target_file_size is not None else snapshot.table_configuration.target_file_size
         bins = plan_bins(snapshot.files(predicate), target, min_files=min_files)
         if not bins:
             log.info("optimize %s at version %d: nothing to compact", table.uri, snapshot.version)
@@ -143,10 +142,11 @@ def optimize(
         inputs = pa.concat_tables(bins)
         started = time.monotonic()
         txn = OptimisticTransaction(
-            table,
+            table.location,
             snapshot,
             operation="OPTIMIZE",
             operation_parameters={"predicate": [predicate] if predicate else [], "targetFileSize": target},
+            hooks=table.hooks,
             on_commit=None,
         )
         try:

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from txnlog.errors import TxnLogError
-from txnlog.file_facts import is_column_mapped, parse_partition_values
+from txnlog.file_facts import parse_partition_values
 from txnlog.log.codec import decode_dv
 from txnlog.log.deletion_vectors import DeletionVectorError, read_deletion_vector
 from txnlog.properties import PHYSICAL_NAME_KEY
@@ -94,7 +94,7 @@ def _file_schema(snapshot: Snapshot) -> tuple[list[dict[str, Any]], dict[str, An
     fields = orjson.loads(snapshot.metadata.schema_string)["fields"]
     partitions = {c.lower() for c in snapshot.partition_columns}
     data = [f for f in fields if f["name"].lower() not in partitions]
-    if is_column_mapped(snapshot.configuration):
+    if snapshot.table_configuration.is_column_mapped:
         data = [_physical_field(f) for f in data]
     else:
         data = [{**f, "metadata": {}} for f in data]
@@ -152,7 +152,7 @@ def read_files(spark: SparkSession, snapshot: Snapshot, files: pa.Table, *, with
 
     df = spark.read.schema(file_schema).parquet(*[hadoop_path(u) for u in sorted(set(uris))])
     physical = {f["name"]: (f.get("metadata") or {}).get(_MAPPING_NAME, f["name"]) for f in table_fields}
-    mapped = is_column_mapped(snapshot.configuration)
+    mapped = snapshot.table_configuration.is_column_mapped
     if need_join:
         extra = [spark_path_key(F.col("_metadata.file_path")).alias(_KEY)]
         if deleted is not None:

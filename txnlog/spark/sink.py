@@ -153,31 +153,28 @@ class ForeachBatchSink:
             self.stats.versions.append(int(version))
         log.info("sink %s batch %d committed as version %d in %.2fs", self.app_id, batch_id, version, time.monotonic() - started)
 
-    def _skip(self, batch_id: int, done: int) -> None:
+    def _skip(self, batch_id: int) -> None:
         self.stats.add(skipped=1)
-        log.info("sink %s batch %d skipped: the table already has this app at batch %d", self.app_id, batch_id, done)
+        log.info("sink %s batch %d skipped: the table already has this app at this batch or a later one", self.app_id, batch_id)
 
     def _commit(self, batch_df: Any, batch_id: int) -> int | None:
         table = self.table()
-        if not table.exists() or self.mode == "append":
-            snapshot = table.snapshot() if table.exists() else None
-            done = snapshot.app_transaction_version(self.app_id) if snapshot is not None else None
-            if done is not None and done >= batch_id:
-                self._skip(batch_id, done)
-                return None
-            # The writer checks the app transaction again inside its own transaction.
+        exists = table.exists()
+        if not exists or self.mode == "append":
+            # The writer skips the batch (returning None) when the app already committed it,
+            # checked inside its transaction before any file is written.
             result = write(
                 batch_df,
                 self.uri,
                 mode="append",
                 partition_by=self.partition_by,
-                properties=self.properties if snapshot is None else None,
+                properties=None if exists else self.properties,
                 storage_options=self.storage_options,
                 app_id=self.app_id,
                 app_version=batch_id,
             )
             if result is None:
-                self._skip(batch_id, batch_id)
+                self._skip(batch_id)
                 return None
             return int(result)
         return self._merge(batch_df, batch_id, table)
@@ -185,10 +182,9 @@ class ForeachBatchSink:
     def _merge(self, batch_df: Any, batch_id: int, table: Table) -> int | None:
         assert self.merge_on is not None
         with table.transaction("STREAMING UPDATE", operation_parameters={"outputMode": "Update", "epochId": batch_id}) as txn:
-            done = txn.app_transaction_version(self.app_id)
-            if done is not None and done >= batch_id:
+            if txn.already_applied(self.app_id, batch_id):
                 txn.abort()
-                self._skip(batch_id, done)
+                self._skip(batch_id)
                 return None
             merge_into(
                 txn,

@@ -48,7 +48,7 @@ class SparkTransaction:
     def snapshot(self) -> Snapshot:
         """The snapshot this transaction reads."""
         if self.txn.snapshot is None:  # transaction() only starts on an existing table
-            raise TransactionError(f"table {self.txn.table.uri} does not exist")
+            raise TransactionError(f"table {self.txn.uri} does not exist")
         return self.txn.snapshot
 
     @property

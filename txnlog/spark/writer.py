@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
-from txnlog.file_facts import physical_names
 from txnlog.log.actions import AddFile
 from txnlog.log.codec import decode_action, encode_action
 from txnlog.log.file_actions import FILES_SCHEMA, table_from_log_dicts
@@ -90,7 +89,7 @@ class _WriteTask:
         """Rows must satisfy the replaceWhere condition (a null result does not)."""
         assert self.require is not None
         ctx = self.ctx
-        predicate = FilePredicate(self.require, ctx.schema, ctx.partition_columns, physical_names(ctx.schema, ctx.configuration))
+        predicate = FilePredicate(self.require, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)
         expression = predicate.row_filter()
         for batch in batches:
             table = pa.Table.from_batches([batch])
@@ -187,8 +186,7 @@ def _start(table: Table, df: DataFrame, mode: str, partition_by: Sequence[str] |
     """The transaction of a write: a new table's first commit, or one on the existing table;
     None when ``mode="ignore"`` finds a table."""
     if not table.exists():
-        txn = OptimisticTransaction(table, None, operation="CREATE TABLE AS SELECT", operation_parameters=params,
-                                    on_commit=table._remember)
+        txn = table.create_transaction("CREATE TABLE AS SELECT", operation_parameters=params)
         txn.update_metadata(schema=delta_schema_of(df.schema), partition_columns=tuple(partition_by or ()),
                             configuration=dict(properties or {}))
         return txn
@@ -305,8 +303,7 @@ def write(
     with txn:
         if app_id is not None:
             assert app_version is not None
-            done = txn.app_transaction_version(app_id)
-            if done is not None and done >= app_version:
+            if txn.already_applied(app_id, app_version):
                 txn.abort()
                 return None
             txn.set_app_transaction(app_id, int(app_version))

@@ -20,11 +20,12 @@ from urllib.parse import unquote, urlparse
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, StorageError
 from txnlog.storage.base import FileInfo, LogStore
 from txnlog.storage.local import LocalLogStore
+from txnlog.storage.location import TableLocation
 
 # fsspec and the stores built on it are imported when a URI needs them: a local table's
 # process need not hold them (12 MiB resident).
 
-__all__ = ["FileInfo", "LogStore", "LocalLogStore", "open_store", "normalize_uri"]
+__all__ = ["FileInfo", "LogStore", "LocalLogStore", "TableLocation", "open_store", "normalize_uri"]
 
 
 def normalize_uri(uri: str | os.PathLike[str]) -> str:

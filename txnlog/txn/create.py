@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from txnlog.errors import InvalidArgumentError, TableAlreadyExistsError
+from txnlog.log.filenames import LOG_DIR
+from txnlog.log.replay import TableState
+from txnlog.log.segment import LogListing
+from txnlog.snapshot import Snapshot, load_state
+from txnlog.storage.location import TableLocation
+from txnlog.txn.hooks import HookRegistry
 from txnlog.txn.transaction import OptimisticTransaction
-
-if TYPE_CHECKING:  # annotations only: the Table sits above transactions
-    from txnlog.table import Table
 
 MODES = ("error", "ignore", "overwrite")
 
 
 def create_table(
-    table: Table,
+    location: TableLocation,
     schema: pa.Schema | str | Mapping[str, Any],
     *,
     partition_by: Sequence[str] = (),
@@ -25,23 +28,29 @@ def create_table(
     mode: str = "error",
     name: str | None = None,
     description: str | None = None,
+    hooks: HookRegistry | None = None,
+    on_commit: Callable[[TableState], None] | None = None,
 ) -> int | None:
-    """Commit ``table``'s first version (or replace it with ``mode="overwrite"``); the version
-    committed, or None when ``mode="ignore"`` found a table there."""
+    """Commit the first version of the table at ``location`` (or replace it with
+    ``mode="overwrite"``); the version committed, or None when ``mode="ignore"`` found a table
+    there. ``hooks`` and ``on_commit`` are the transaction's (see OptimisticTransaction)."""
     if mode not in MODES:
         raise InvalidArgumentError(f"mode must be one of {list(MODES)}, got {mode!r}")
     if isinstance(partition_by, str):
         partition_by = [partition_by]
     params = {"partitionBy": list(partition_by), "properties": dict(properties or {})}
-    if table.exists():
+    if LogListing.of(location.store.list_from(LOG_DIR)).latest_version() is not None:
         if mode == "error":
-            raise TableAlreadyExistsError(f"a Delta table already exists at {table.uri}", uri=table.uri)
+            raise TableAlreadyExistsError(f"a Delta table already exists at {location.uri}", uri=location.uri)
         if mode == "ignore":
             return None
-        txn = table.transaction("CREATE OR REPLACE TABLE", operation_parameters=params)
+        snapshot = Snapshot(location, load_state(location.store))
+        txn = OptimisticTransaction(
+            location, snapshot, operation="CREATE OR REPLACE TABLE", operation_parameters=params, hooks=hooks, on_commit=on_commit
+        )
         txn.remove_files(txn.read_whole_table())
     else:
-        txn = OptimisticTransaction(table, None, operation="CREATE TABLE", operation_parameters=params)
+        txn = OptimisticTransaction(location, None, operation="CREATE TABLE", operation_parameters=params, hooks=hooks, on_commit=on_commit)
     txn.update_metadata(
         schema=schema,
         partition_columns=tuple(partition_by),

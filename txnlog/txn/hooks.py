@@ -14,13 +14,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from txnlog import properties as props
 from txnlog.snapshot import Snapshot
-
-if TYPE_CHECKING:  # for annotations only: the Table sits above transactions
-    from txnlog.table import Table
+from txnlog.storage.location import TableLocation
+from txnlog.table_configuration import TableConfiguration
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +28,25 @@ ENTRY_POINT_GROUP = "txnlog.post_commit_hooks"
 
 @dataclass
 class PostCommitContext:
-    """What a hook sees: the table, the version just committed, and its snapshot (built on demand)."""
+    """What a hook sees: where the table is, the version just committed, and its snapshot
+    (built on demand). ``Table.from_location(ctx.location)`` gives a hook the Table."""
 
-    table: Table
+    location: TableLocation
     version: int
     operation: str
-    #: The table properties in force at ``version`` (winners cannot have changed them).
-    configuration: Mapping[str, str]
+    #: The protocol and metadata in force at ``version`` (winners cannot have changed them).
+    table_configuration: TableConfiguration
     _snapshot_factory: Callable[[], Snapshot] = field(repr=False)
     _snapshot: Snapshot | None = field(default=None, repr=False)
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri
+
+    @property
+    def configuration(self) -> Mapping[str, str]:
+        """The table properties in force at ``version``."""
+        return self.table_configuration.properties
 
     @property
     def snapshot(self) -> Snapshot:
@@ -66,7 +74,7 @@ class CheckpointHook:
     name = "checkpoint"
 
     def __call__(self, ctx: PostCommitContext) -> None:
-        interval = props.CHECKPOINT_INTERVAL.get(ctx.configuration)
+        interval = ctx.table_configuration.checkpoint_interval
         if ctx.version > 0 and ctx.version % interval == 0:
             ctx.snapshot.checkpoint()
 
@@ -98,7 +106,7 @@ class HookRegistry:
             try:
                 hook(ctx)
             except Exception as e:  # a hook must never undo or fail a commit that landed
-                log.warning("post-commit hook %r failed after version %d of %s", hook.name, ctx.version, ctx.table.uri, exc_info=True)
+                log.warning("post-commit hook %r failed after version %d of %s", hook.name, ctx.version, ctx.uri, exc_info=True)
                 failures.append(HookFailure(hook.name, e))
         return failures
 

@@ -2,7 +2,7 @@
 
 The commit pipeline, in the order it runs (design brief, section 1):
 
-1. **scan**     ``filter_files`` / ``read_whole_table`` / ``app_transaction_version`` record what
+1. **scan**     ``filter_files`` / ``read_whole_table`` / ``already_applied`` record what
                 the transaction read (readPredicates, readFiles, app ids);
 2. **write**    ``write`` / ``add_files`` / ``remove_files`` stage data files, invisible until
                 a commit names them (kept as Arrow tables, reconciled at commit: one action per
@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -31,16 +31,18 @@ import pyarrow.compute as pc
 from txnlog import properties as props
 from txnlog._version import __version__
 from txnlog.errors import ProtocolViolationError, TransactionError, UnsupportedFeatureError
-from txnlog.file_facts import file_keys, is_column_mapped, partition_fields
+from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
-from txnlog.log.features import check_writable, protocol_for, writer_features
+from txnlog.log.features import protocol_for
 from txnlog.log.file_actions import FILES_SCHEMA
 from txnlog.log.filenames import commit_path
 from txnlog.log.replay import Commit, TableState, advance, read_commits
 from txnlog.log.segment import list_log
 from txnlog.predicates import FilePredicate
-from txnlog.snapshot import Snapshot
+from txnlog.snapshot import Snapshot, load_state
+from txnlog.storage.location import TableLocation
+from txnlog.table_configuration import TableConfiguration
 from txnlog.txn.committer import Committer
 from txnlog.txn.conflicts import TransactionFootprint
 from txnlog.txn.hooks import HookFailure, HookRegistry, PostCommitContext
@@ -49,9 +51,6 @@ from txnlog.txn.metadata import updated_metadata
 from txnlog.txn.retry import RetryPolicy
 from txnlog.txn.staging import FileActions, StagedFiles
 from txnlog.write.context import WriteContext
-
-if TYPE_CHECKING:  # annotations only: the Table sits above transactions
-    from txnlog.table import Table
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +89,14 @@ class OptimisticTransaction:
     """One atomic change to a table, validated against concurrent commits at publish time.
 
     Use it as a context manager: it commits on normal exit and aborts, writing nothing to the
-    log, when the block raises. ``on_commit`` receives the table state at the committed version
-    (the Table uses it to skip re-reading that commit).
+    log, when the block raises. It knows the table only by its ``location``; ``snapshot`` is the
+    version it reads (None when it creates the table). ``on_commit`` receives the table state at
+    the committed version (the Table uses it to skip re-reading that commit).
     """
 
     def __init__(
         self,
-        table: Table,
+        location: TableLocation,
         snapshot: Snapshot | None,
         *,
         operation: str = "WRITE",
@@ -108,14 +108,14 @@ class OptimisticTransaction:
         retry_policy: RetryPolicy | None = None,
         on_commit: Callable[[TableState], None] | None = None,
     ) -> None:
-        self.table = table
+        self.location = location
         self.snapshot = snapshot
         self.read_version = snapshot.version if snapshot is not None else -1
         self.operation = operation
         self.operation_parameters = dict(operation_parameters or {})
         self.engine_info = engine_info or ENGINE_INFO
         self.user_metadata = user_metadata
-        self.hooks = hooks if hooks is not None else table.hooks
+        self.hooks = hooks
         self._retry_policy = retry_policy
         self._on_commit = on_commit
         self._requested_isolation = IsolationLevel.parse(isolation) if isolation is not None else None
@@ -129,11 +129,16 @@ class OptimisticTransaction:
         self._cdc: list[AddCDCFile] = []
         self._protocol: Protocol | None = None
         self._metadata: Metadata | None = None
+        self._configuration: TableConfiguration | None = None
         self._txns: dict[str, Txn] = {}
         self._domains: dict[str, DomainMetadata] = {}
         self._metrics: dict[str, int] = {}
         self._state = "open"
         self.result: CommitResult | None = None
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri
 
     # -- context manager --------------------------------------------------------------------
 
@@ -145,7 +150,7 @@ class OptimisticTransaction:
             self.abort()
             if self.orphan_files and hasattr(exc, "add_note"):
                 exc.add_note(
-                    f"txnlog: transaction on {self.table.uri} aborted; data files left for vacuum: "
+                    f"txnlog: transaction on {self.uri} aborted; data files left for vacuum: "
                     + ", ".join(self.orphan_files[:20])
                 )
             return
@@ -159,7 +164,7 @@ class OptimisticTransaction:
             if self.orphan_files:
                 log.warning(
                     "transaction on %s aborted; %d data file(s) left for vacuum: %s",
-                    self.table.uri,
+                    self.uri,
                     len(self.orphan_files),
                     ", ".join(self.orphan_files[:20]),
                 )
@@ -174,7 +179,7 @@ class OptimisticTransaction:
 
     def _ensure_open(self) -> None:
         if self._state != "open":
-            raise TransactionError(f"transaction on {self.table.uri} is already {self._state}")
+            raise TransactionError(f"transaction on {self.uri} is already {self._state}")
 
     # -- 1. scan ----------------------------------------------------------------------------
 
@@ -183,7 +188,7 @@ class OptimisticTransaction:
         if self._metadata is not None:
             return self._metadata
         if self.snapshot is None:
-            raise TransactionError(f"{self.table.uri} does not exist yet: call update_metadata first")
+            raise TransactionError(f"{self.uri} does not exist yet: call update_metadata first")
         return self.snapshot.metadata
 
     @property
@@ -193,6 +198,18 @@ class OptimisticTransaction:
         if self.snapshot is None:
             return protocol_for(self.metadata.configuration, self.metadata.schema_string)
         return self.snapshot.protocol
+
+    @property
+    def table_configuration(self) -> TableConfiguration:
+        """The protocol and metadata this transaction commits (the snapshot's unless it changes
+        them), and what derives from them."""
+        if self._protocol is None and self._metadata is None and self.snapshot is not None:
+            return self.snapshot.table_configuration
+        protocol, metadata = self.protocol, self.metadata
+        config = self._configuration
+        if config is None or config.metadata is not metadata or config.protocol != protocol:
+            config = self._configuration = TableConfiguration.from_actions(protocol, metadata)
+        return config
 
     def _files(self) -> pa.Table:
         return self.snapshot.files() if self.snapshot is not None else FILES_SCHEMA.empty_table()
@@ -228,33 +245,39 @@ class OptimisticTransaction:
         self._read_app_ids.add(app_id)
         return self.snapshot.app_transaction_version(app_id) if self.snapshot is not None else None
 
+    def already_applied(self, app_id: str, version: int) -> bool:
+        """Whether ``app_id`` has already committed ``version`` or a later one: the check of an
+        idempotent write, which then skips its work. The read is recorded, so a concurrent commit
+        by the same app id makes this transaction's commit conflict."""
+        done = self.app_transaction_version(app_id)
+        return done is not None and done >= version
+
     # -- 2. write ---------------------------------------------------------------------------
 
     def write_context(self, **overrides: Any) -> WriteContext:
         """How this transaction writes data files (the table's metadata as this transaction sees it)."""
-        return WriteContext.for_metadata(self.table.uri, self.metadata, storage_options=self.table.storage_options, **overrides)
+        return WriteContext.for_configuration(
+            self.location.uri, self.table_configuration, storage_options=self.location.storage_options, **overrides
+        )
 
     def write(self, data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch], *, data_change: bool = True) -> list[AddFile]:
         """Write ``data`` as Parquet files in the table's layout and stage them as adds."""
         self._ensure_open()
         # Refuse before any data file is written, not at commit, when the files are orphans.
-        check_writable(self.protocol, self.metadata.schema_string, f"table {self.table.uri}")
-        written = self.write_context().write(data, data_change=data_change, store=self.table.store)
+        self.table_configuration.check_writable(f"table {self.uri}")
+        written = self.write_context().write(data, data_change=data_change, store=self.location.store)
         self.add_files(written.files, data_change=data_change)
         return written.add_files
 
     def _staging(self) -> StagedFiles:
         if self._staged is None:
-            metadata = self.metadata
-            mapped = is_column_mapped(metadata.configuration)
-            keys = {key for key, _ in partition_fields(metadata.schema, metadata.partition_columns, mapped)}
+            keys = {key for key, _ in self.table_configuration.partition_keys()}
             snapshot = self.snapshot
 
             def live() -> pa.Array:
                 return snapshot.state.file_keys() if snapshot is not None else pa.array([], pa.string())
 
-            allow_absolute = bool(getattr(self.table, "allow_absolute_paths", False))
-            self._staged = StagedFiles(self.table.uri, keys, live, allow_absolute_paths=allow_absolute)
+            self._staged = StagedFiles(self.uri, keys, live, allow_absolute_paths=self.location.allow_absolute_paths)
         return self._staged
 
     def add_files(self, files: Iterable[AddFile] | pa.Table, *, data_change: bool = True) -> None:
@@ -326,34 +349,34 @@ class OptimisticTransaction:
 
     # -- 4. validate: rules of this table's protocol ----------------------------------------
 
-    def _check_protocol_rules(self, protocol: Protocol, metadata: Metadata, removes: pa.Table) -> None:
-        check_writable(protocol, metadata.schema_string, f"table {self.table.uri}")
-        if self._domains and "domainMetadata" not in writer_features(protocol):
+    def _check_protocol_rules(self, config: TableConfiguration, removes: pa.Table) -> None:
+        config.check_writable(f"table {self.uri}")
+        if self._domains and not config.domain_metadata_supported:
             raise UnsupportedFeatureError(
-                f"table {self.table.uri} does not have the domainMetadata writer feature; set the table "
+                f"table {self.uri} does not have the domainMetadata writer feature; set the table "
                 f"property {props.FEATURES.key('domainMetadata')}=supported first",
                 features=("domainMetadata",),
             )
         data_removes = removes.filter(pc.fill_null(removes.column("data_change"), True))
-        if data_removes.num_rows and props.APPEND_ONLY.get(metadata.configuration):
+        if data_removes.num_rows and config.append_only:
             raise ProtocolViolationError(
-                f"table {self.table.uri} is append-only ({props.APPEND_ONLY.key}=true); refusing to remove "
+                f"table {self.uri} is append-only ({props.APPEND_ONLY.key}=true); refusing to remove "
                 f"{data_removes.column('path')[0].as_py()}",
                 rule="appendOnly",
             )
-        if data_removes.num_rows and props.ENABLE_CHANGE_DATA_FEED.get(metadata.configuration) and not self._cdc:
+        if data_removes.num_rows and config.change_data_feed_enabled and not self._cdc:
             raise ProtocolViolationError(
-                f"table {self.table.uri} records change data ({props.ENABLE_CHANGE_DATA_FEED.key}=true): a commit that "
+                f"table {self.uri} records change data ({props.ENABLE_CHANGE_DATA_FEED.key}=true): a commit that "
                 "removes data must also add cdc files (add_cdc_files)",
                 rule="changeDataFeed",
             )
 
-    def _isolation(self, metadata: Metadata, files: FileActions) -> IsolationLevel:
+    def _isolation(self, config: TableConfiguration, files: FileActions) -> IsolationLevel:
         if files.changes_data() is False and self._metadata is None and not self._txns:
             return IsolationLevel.SNAPSHOT_ISOLATION  # compaction: rows are unchanged
         if self._requested_isolation is not None:
             return self._requested_isolation
-        return IsolationLevel.parse(props.ISOLATION_LEVEL.get(metadata.configuration))
+        return IsolationLevel.parse(config.isolation_level)
 
     def _is_blind_append(self, removes: pa.Table) -> bool:
         return not removes.num_rows and not self._read_keys and not self.read_predicates and not self._read_whole_table
@@ -389,10 +412,9 @@ class OptimisticTransaction:
         now = _now_ms()
         metadata = self._metadata
         ict = None
-        conf = (metadata or self.metadata).configuration
-        if props.ENABLE_IN_COMMIT_TIMESTAMPS.get(conf):
+        if self.table_configuration.in_commit_timestamps_enabled:
             ict = max(now, previous_ict + 1) if previous_ict is not None else now
-            if metadata is not None and self.snapshot is not None and not props.ENABLE_IN_COMMIT_TIMESTAMPS.get(self.snapshot.configuration):
+            if metadata is not None and self.snapshot is not None and not self.snapshot.table_configuration.in_commit_timestamps_enabled:
                 # Turning timestamps on for an existing table: record from where they hold.
                 metadata = dataclasses.replace(
                     metadata,
@@ -429,10 +451,10 @@ class OptimisticTransaction:
             if commit.version == version - 1:
                 info = commit.commit_info()
                 return info.in_commit_timestamp if info else None
-        listing = list_log(self.table.store, version - 1)
+        listing = list_log(self.location.store, version - 1)
         if version - 1 not in listing.commits:
             return None
-        info = read_commits(self.table.store, [listing.commits[version - 1]])[0].commit_info()
+        info = read_commits(self.location.store, [listing.commits[version - 1]])[0].commit_info()
         return info.in_commit_timestamp if info else None
 
     # -- 6. publish -------------------------------------------------------------------------
@@ -446,13 +468,13 @@ class OptimisticTransaction:
         """
         self._ensure_open()
         metadata = self.metadata
-        protocol = self.protocol
         if self.snapshot is None and self._protocol is None:
-            self._protocol = protocol
+            self._protocol = self.protocol
+        config = self.table_configuration
         files = self._staging().to_commit()
         removes = files.removes
-        self._check_protocol_rules(protocol, metadata, removes)
-        isolation = self._isolation(metadata, files)
+        self._check_protocol_rules(config, removes)
+        isolation = self._isolation(config, files)
         blind = self._is_blind_append(removes)
         txn_id = str(uuid.uuid4())
         metrics = self._metrics_for_commit(files)
@@ -467,7 +489,7 @@ class OptimisticTransaction:
                 *(orjson.dumps(r) for r in cdc_rows),
             ]
         )
-        ict_enabled = props.ENABLE_IN_COMMIT_TIMESTAMPS.get(metadata.configuration)
+        ict_enabled = config.in_commit_timestamps_enabled
         headers: dict[int, list[dict[str, Any]]] = {}
 
         def prepare(version: int, winners: list[Commit]) -> bytes:
@@ -477,7 +499,7 @@ class OptimisticTransaction:
             return head + body + b"\n" if body else head
 
         committer = Committer(
-            self.table.store,
+            self.location.store,
             read_version=self.read_version,
             footprint=self._footprint(isolation, removes),
             policy=self._retry_policy or RetryPolicy.from_configuration(metadata.configuration),
@@ -493,27 +515,25 @@ class OptimisticTransaction:
         self._state = "committed"
         version = published.version
         own = files.commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + cdc_rows)
-        failures = self._after_commit(version, published.winners, own, metadata)
+        failures = self._after_commit(version, published.winners, own, config)
         self.result = CommitResult(version, attempts=published.attempts, hook_failures=failures, txn_id=txn_id)
         return self.result
 
-    def _after_commit(self, version: int, winners: list[Commit], own: Commit, metadata: Metadata) -> list[HookFailure]:
+    def _after_commit(self, version: int, winners: list[Commit], own: Commit, config: TableConfiguration) -> list[HookFailure]:
         """Hand the table the state at ``version``, then run the post-commit hooks."""
         post_state = None
         if self.snapshot is not None:
-            post_state = advance(self.snapshot.state, [*winners, own], f"{self.table.uri} version {version}")
+            post_state = advance(self.snapshot.state, [*winners, own], f"{self.uri} version {version}")
             if self._on_commit is not None:
                 self._on_commit(post_state)
         if self.hooks is None:
             return []
-        snapshot = self.snapshot
+        location = self.location
 
         def snapshot_at_version() -> Snapshot:
-            if post_state is not None and snapshot is not None:
-                return Snapshot(snapshot.store, post_state, table=snapshot.table, allow_absolute_paths=snapshot.allow_absolute_paths)
-            return self.table.snapshot(version)
+            return Snapshot(location, post_state if post_state is not None else load_state(location.store, version))
 
-        ctx = PostCommitContext(self.table, version, self.operation, dict(metadata.configuration), snapshot_at_version)
+        ctx = PostCommitContext(location, version, self.operation, config, snapshot_at_version)
         return self.hooks.run(ctx)
 
 

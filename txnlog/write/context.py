@@ -12,21 +12,20 @@ all write data files through it.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txnlog import properties as props
 from txnlog.errors import InvalidArgumentTypeError
-from txnlog.file_facts import ColumnPath, is_column_mapped, physical_schema, stats_columns
-from txnlog.log.actions import AddFile, Metadata
+from txnlog.file_facts import ColumnPath
+from txnlog.log.actions import AddFile, Metadata, Protocol
 from txnlog.log.codec import encode_action
+from txnlog.log.features import protocol_for
 from txnlog.log.file_actions import table_from_log_dicts
-from txnlog.schema import delta_schema_to_arrow
 from txnlog.storage import LogStore, normalize_uri, open_store
+from txnlog.table_configuration import TableConfiguration
 from txnlog.write.constraints import check_constraints, constraint_predicates
 from txnlog.write.parquet import as_reader, check_write_schema, write_data_files
 
@@ -50,13 +49,12 @@ class WrittenFiles:
 
 @dataclass(frozen=True)
 class WriteContext:
-    """How to write data files for one table at one version. Picklable: plain strings and
-    numbers only; the store is opened on first use, in whichever process uses it."""
+    """How to write data files for one table at one version. Picklable (the table's
+    configuration is plain records; the store is opened on first use, in whichever process
+    uses it)."""
 
     table_uri: str
-    schema_string: str
-    partition_columns: tuple[str, ...] = ()
-    configuration: Mapping[str, str] = field(default_factory=dict)
+    table_configuration: TableConfiguration
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     target_file_size: int | None = None
     compression: str = "snappy"
@@ -66,48 +64,70 @@ class WriteContext:
         """The context of the table ``snapshot`` shows. ``storage_options`` default to those the
         snapshot's table was opened with."""
         if storage_options is None:
-            storage_options = snapshot.table.storage_options if snapshot.table is not None else {}
-        return cls.for_metadata(snapshot.uri, snapshot.metadata, storage_options=storage_options, **overrides)
+            storage_options = snapshot.location.storage_options
+        return cls.for_configuration(snapshot.uri, snapshot.table_configuration, storage_options=storage_options, **overrides)
+
+    @classmethod
+    def for_configuration(
+        cls, table_uri: str, table_configuration: TableConfiguration, *, storage_options: Mapping[str, Any] | None = None, **overrides: Any
+    ) -> WriteContext:
+        """The context of a table with ``table_configuration`` (e.g. a transaction's)."""
+        return cls(normalize_uri(table_uri), table_configuration, storage_options=dict(storage_options or {}), **overrides)
 
     @classmethod
     def for_metadata(
-        cls, table_uri: str, metadata: Metadata, *, storage_options: Mapping[str, Any] | None = None, **overrides: Any
+        cls,
+        table_uri: str,
+        metadata: Metadata,
+        *,
+        protocol: Protocol | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        **overrides: Any,
     ) -> WriteContext:
-        """The context of a table with ``metadata`` (a new table's, before it is committed)."""
-        return cls(
-            table_uri=normalize_uri(table_uri),
-            schema_string=metadata.schema_string,
-            partition_columns=tuple(metadata.partition_columns),
-            configuration=dict(metadata.configuration),
-            storage_options=dict(storage_options or {}),
-            **overrides,
-        )
+        """The context of a table with ``metadata`` (a new table's, before it is committed); its
+        ``protocol`` defaults to the lowest one the metadata needs."""
+        if protocol is None:
+            protocol = protocol_for(metadata.configuration, metadata.schema_string)
+        config = TableConfiguration.from_actions(protocol, metadata)
+        return cls.for_configuration(table_uri, config, storage_options=storage_options, **overrides)
 
     # -- what the table asks of its files ---------------------------------------------------
 
     @property
+    def schema_string(self) -> str:
+        return self.table_configuration.metadata.schema_string
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return self.table_configuration.partition_columns
+
+    @property
+    def configuration(self) -> Mapping[str, str]:
+        """The table properties."""
+        return self.table_configuration.properties
+
+    @property
     def schema(self) -> pa.Schema:
         """The table schema (logical names, Delta field metadata kept)."""
-        return _arrow_schema(self.schema_string)
+        return self.table_configuration.schema
 
     @property
     def column_mapped(self) -> bool:
-        return is_column_mapped(self.configuration)
+        return self.table_configuration.is_column_mapped
 
     @property
     def file_schema(self) -> pa.Schema:
         """The schema of the data files: partition columns left out, physical names and field ids
         under column mapping."""
-        partitions = {c.lower() for c in self.partition_columns}
-        return physical_schema([f for f in self.schema if f.name.lower() not in partitions], self.column_mapped)
+        return self.table_configuration.file_schema
 
     @property
     def stats_columns(self) -> list[ColumnPath]:
-        return stats_columns(self.schema, self.configuration, self.partition_columns)
+        return self.table_configuration.stats_columns
 
     @property
     def file_size(self) -> int:
-        return self.target_file_size if self.target_file_size is not None else props.TARGET_FILE_SIZE.get(self.configuration)
+        return self.target_file_size if self.target_file_size is not None else self.table_configuration.target_file_size
 
     def constraints(self) -> list[tuple[str, FilePredicate]]:
         """The CHECK constraints and invariants rows must satisfy, parsed."""
@@ -168,11 +188,6 @@ class WriteContext:
             compression=self.compression,
         )
         return WrittenFiles(adds, table_from_log_dicts([encode_action(a)["add"] for a in adds], "add"))
-
-
-@functools.lru_cache(maxsize=64)
-def _arrow_schema(schema_string: str) -> pa.Schema:
-    return delta_schema_to_arrow(schema_string)
 
 
 def _checked(reader: pa.RecordBatchReader, constraints: Sequence[tuple[str, FilePredicate]]) -> pa.RecordBatchReader:
