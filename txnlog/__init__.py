@@ -7,7 +7,7 @@ from txnlog.log.actions import AddFile, DeletionVectorDescriptor, RemoveFile
 from txnlog.log.history import HistoryEntry
 from txnlog.retrying import retry
 from txnlog.snapshot import Snapshot
-from txnlog.table import Table
+from txnlog.table import Table, Timestamp
 from txnlog.txn.hooks import PostCommitContext
 from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
@@ -24,6 +24,7 @@ __all__ = [
     "RemoveFile",
     "Snapshot",
     "Table",
+    "Timestamp",
     "TxnLogError",
     "WriteContext",
     "WrittenFiles",

@@ -1,7 +1,7 @@
 """Snapshot: the read view of a table at one version, a pure function of the log.
 
 It sits below transactions and the :class:`~txnlog.table.Table` entry point: it knows the store
-it reads from and the log-level :class:`~txnlog.log.replay.TableState`, nothing above.
+it reads from and the log-level :class:`~txnlog.log.table_state.TableState`, nothing above.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogErr
 from txnlog.file_facts import physical_names
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
+from txnlog.log.commits import read_commits
 from txnlog.log.features import check_readable
-from txnlog.log.replay import TableState, advance, read_commits, replay
+from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
+from txnlog.log.table_state import TableState
 from txnlog.predicates import FilePredicate
 from txnlog.storage.base import LogStore
 from txnlog.storage.paths import FileLocation, locate

@@ -59,20 +59,16 @@ from pyiceberg.table.update import (
     _TableMetadataUpdateContext,
 )
 
+from txnlog import Snapshot as DeltaSnapshot
+from txnlog import Table
 from txnlog import properties as props
 from txnlog.errors import FileAlreadyExistsError, ObjectNotFoundError, TxnLogError
-from txnlog.iceberg._datafiles import data_files, refuse_deletion_vectors
-from txnlog.iceberg._errors import IcebergExportError
-from txnlog.iceberg._io import StoreFileIO
-from txnlog.iceberg._schema import FIRST_PARTITION_FIELD_ID, iceberg_schema, name_mapping, partition_spec, same_schema
-from txnlog.log import codec
-from txnlog.log.actions import Metadata
-from txnlog.log.file_actions import table_from_log_dicts
-from txnlog.log.replay import Commit, read_commits
-from txnlog.log.segment import commit_file, list_log
-from txnlog.snapshot import Snapshot as DeltaSnapshot
-from txnlog.storage.paths import locate
-from txnlog.table import Table
+from txnlog.iceberg.datafiles import data_files, refuse_deletion_vectors
+from txnlog.iceberg.errors import IcebergExportError
+from txnlog.iceberg.file_io import StoreFileIO
+from txnlog.iceberg.schema import FIRST_PARTITION_FIELD_ID, iceberg_schema, name_mapping, partition_spec, same_schema
+from txnlog.log import Commit, Metadata, commit_file, decode_action, list_log, read_commits, table_from_log_dicts
+from txnlog.storage import locate
 
 log = logging.getLogger(__name__)
 
@@ -492,7 +488,7 @@ def _commit_files(commit: Commit) -> tuple[pa.Table, pa.Table, Metadata | None]:
     new_meta = None
     for a in commit.actions:
         if "metaData" in a:
-            new_meta = codec.decode_action("metaData", a["metaData"], path=commit.path, version=commit.version)
+            new_meta = decode_action("metaData", a["metaData"], path=commit.path, version=commit.version)
     return adds, removes, new_meta  # type: ignore[return-value]
 
 
