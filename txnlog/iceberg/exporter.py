@@ -628,6 +628,11 @@ def _rebuild(work: _Work, delta: DeltaSnapshot, reason: str) -> None:
     files = delta.files()
     refuse_deletion_vectors(files, f"table {delta.uri} version {delta.version}")
     _sync_schema(work, delta.metadata)
+    if files.num_rows == 0 and work.metadata.current_snapshot_id is None:
+        # Nothing to read, nothing to replace (the create commit, or a table emptied before its
+        # first export): no snapshot, as for any metadata-only commit. pyiceberg and Spark read a
+        # table without a current snapshot as empty.
+        return
     dfs = data_files(
         files, delta.metadata, work.metadata.schema(), work.metadata.spec(), delta.store, allow_absolute_paths=delta.allow_absolute_paths, version=delta.version
     )
