@@ -272,3 +272,16 @@ def test_the_core_packages_declare_their_surfaces() -> None:
         module = __import__(package, fromlist=["__all__"])
         missing = [n for n in module.__all__ if not hasattr(module, n)]
         assert not missing, f"{package}.__all__ names what it does not define: {missing}"
+
+
+def test_pyiceberg_private_names_are_used_in_one_adapter_module_only() -> None:
+    # They may change in any pyiceberg release: one module to re-read when upgrading it.
+    offenders = []
+    for path in sorted((PACKAGE / "iceberg").glob("*.py")):
+        if path.name == "pyiceberg_adapter.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pyiceberg":
+                offenders += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if is_private(a.name)]
+                offenders += [f"{path.name}:{node.lineno} imports {node.module}" for part in node.module.split(".") if is_private(part)]  # type: ignore[union-attr]
+    assert not offenders, "\n".join(offenders)
