@@ -1,7 +1,9 @@
 """The core's layers, enforced: storage -> file facts -> log -> predicates -> snapshot -> write
 -> txn -> table -> the package's public names -> engines. A module imports only from its own
 layer or below; no import circles; a lazy import (inside a function) only for an optional
-dependency, with a comment saying so."""
+dependency, with a comment saying so. And the engine boundary: no module imports another
+package's private (underscore) names, and engines import the core only through its declared
+surfaces, each name in the surface's ``__all__``."""
 
 from __future__ import annotations
 
