@@ -1,7 +1,9 @@
 """The core's layers, enforced: storage -> file facts -> log -> table configuration -> predicates -> snapshot -> write
 -> txn -> table -> the package's public names -> engines. A module imports only from its own
 layer or below; no import circles; a lazy import (inside a function) only for an optional
-dependency, with a comment saying so."""
+dependency, with a comment saying so. And the engine boundary: no module imports another
+package's private (underscore) names, and engines import the core only through its declared
+surfaces, each name in the surface's ``__all__``."""
 
 from __future__ import annotations
 
@@ -175,3 +177,149 @@ def test_no_type_level_circle_through_table_or_snapshot() -> None:
 
     circles = [c for m in ("txnlog.table", "txnlog.snapshot") if (c := reaches(m, m)) is not None]
     assert not circles, "\n".join(" -> ".join(c) for c in circles)
+
+
+# --- the engine boundary -------------------------------------------------------------------------
+
+# What an engine may import from the core: these modules and packages, each name in its
+# ``__all__`` (public names, for a module without one). A package here means its ``__init__``,
+# never its submodules. Entries whose module does not exist yet are ignored.
+SURFACES = (
+    "txnlog",
+    "txnlog.errors",
+    "txnlog.properties",
+    "txnlog.schema",
+    "txnlog.file_facts",
+    "txnlog.table_configuration",
+    "txnlog.expressions",
+    # Until txnlog.expressions replaces it.
+    "txnlog.predicates",
+    "txnlog.storage",
+    "txnlog.log",
+    "txnlog.txn",
+    "txnlog.write",
+)
+
+
+def module_path(module: str) -> Path | None:
+    base = PACKAGE.parent / module.replace(".", "/")
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.exists():
+            return path
+    return None
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``txnlog.log`` for ``txnlog.log.replay``, ``txnlog``
+    for a module directly under it (``txnlog.table``, ``txnlog._version``)."""
+    parts = module.split(".")
+    if len(parts) >= 2 and (PACKAGE / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return "txnlog"
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def all_imports(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, imported name or None) of every import of a txnlog module in ``path``,
+    at run time or for type checking. ``from m import name`` gives ``(m, name)``, or
+    ``(m.name, None)`` when ``m.name`` is a module."""
+    tree = ast.parse(path.read_text(), str(path))
+    out: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, None) for a in node.names if a.name.split(".")[0] == "txnlog"]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "txnlog":
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                # As Python resolves it: a name the package binds wins over its submodule.
+                is_module = module_path(sub) is not None and a.name not in bound_names(node.module)
+                out.append((node.lineno, sub, None) if is_module else (node.lineno, node.module, a.name))
+    return out
+
+
+def bound_names(module: str) -> set[str]:
+    """Every name ``module`` binds at top level (by definition, assignment or import)."""
+    path = module_path(module)
+    if path is None:
+        return set()
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def public_names(module: str) -> set[str]:
+    """The names ``module`` declares public: its ``__all__``, or every name it binds at top
+    level that does not start with an underscore."""
+    path = module_path(module)
+    assert path is not None, module
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return {ast.literal_eval(e) for e in node.value.elts}  # type: ignore[attr-defined]
+    return {n for n in bound_names(module) if not n.startswith("_")}
+
+
+def engine_modules() -> list[Path]:
+    return [p for p in sorted(PACKAGE.rglob("*.py")) if layer(module_name(p)) == 10]
+
+
+def test_no_module_imports_another_packages_private_names() -> None:
+    # A leading underscore (module or name) is private to its package: visible to the modules in
+    # it, its subpackages included (so the whole core may read ``txnlog._version``).
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        me = module_name(path)
+        for line, target, name in all_imports(path):
+            owner = package_of(target)
+            if me == owner or me.startswith(owner + "."):
+                continue
+            inner = target[len(owner) + 1:].split(".") if target != owner else []
+            private = [part for part in inner if is_private(part)] + ([name] if name and is_private(name) else [])
+            if private:
+                offenders.append(f"{me}:{line} imports {private[0]} from {target}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_engines_import_the_core_only_through_its_surfaces() -> None:
+    offenders = []
+    for path in engine_modules():
+        me = module_name(path)
+        for line, target, name in all_imports(path):
+            if layer(target) == 10:
+                continue  # an engine (another engine's private names: the test above)
+            if target not in SURFACES:
+                offenders.append(f"{me}:{line} imports {target}, not one of the core's surfaces")
+            elif name is not None and name not in public_names(target):
+                offenders.append(f"{me}:{line} imports {name} from {target}, which does not declare it public")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_core_packages_declare_their_surfaces() -> None:
+    for package in ("txnlog.storage", "txnlog.log", "txnlog.txn", "txnlog.write"):
+        path = module_path(package)
+        assert path is not None and "__all__" in path.read_text(), f"{package} has no __all__"
+        module = __import__(package, fromlist=["__all__"])
+        missing = [n for n in module.__all__ if not hasattr(module, n)]
+        assert not missing, f"{package}.__all__ names what it does not define: {missing}"
+
+
+def test_pyiceberg_private_names_are_used_in_one_adapter_module_only() -> None:
+    # They may change in any pyiceberg release: one module to re-read when upgrading it.
+    offenders = []
+    for path in sorted((PACKAGE / "iceberg").glob("*.py")):
+        if path.name == "pyiceberg_adapter.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "pyiceberg":
+                offenders += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if is_private(a.name)]
+                offenders += [f"{path.name}:{node.lineno} imports {node.module}" for part in node.module.split(".") if is_private(part)]  # type: ignore[union-attr]
+    assert not offenders, "\n".join(offenders)

@@ -7,7 +7,7 @@ from txnlog.log.actions import AddFile, DeletionVectorDescriptor, RemoveFile
 from txnlog.log.history import HistoryEntry
 from txnlog.retrying import retry
 from txnlog.snapshot import Snapshot
-from txnlog.table import Table
+from txnlog.table import Table, Timestamp
 from txnlog.table_configuration import TableConfiguration
 from txnlog.txn.hooks import PostCommitContext
 from txnlog.txn.isolation import IsolationLevel
@@ -26,6 +26,7 @@ __all__ = [
     "Snapshot",
     "Table",
     "TableConfiguration",
+    "Timestamp",
     "TxnLogError",
     "WriteContext",
     "WrittenFiles",

@@ -2,7 +2,7 @@
 
 It sits below transactions and the :class:`~txnlog.table.Table` entry point: it knows where the
 table is (a :class:`~txnlog.storage.TableLocation`), the log-level
-:class:`~txnlog.log.replay.TableState` and the :class:`~txnlog.table_configuration.TableConfiguration`
+:class:`~txnlog.log.table_state.TableState` and the :class:`~txnlog.table_configuration.TableConfiguration`
 derived from it, nothing above.
 """
 
@@ -19,8 +19,10 @@ from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError, operation_context
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
-from txnlog.log.replay import TableState, advance, read_commits, replay
+from txnlog.log.commits import read_commits
+from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
+from txnlog.log.table_state import TableState
 from txnlog.predicates import FilePredicate
 from txnlog.storage.base import LogStore
 from txnlog.storage.location import TableLocation

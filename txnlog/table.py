@@ -19,8 +19,8 @@ from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError
 from txnlog.log import history as _history
 from txnlog.log.filenames import LOG_DIR
 from txnlog.log.history import HistoryEntry
-from txnlog.log.replay import TableState
 from txnlog.log.segment import LogListing, build_segment
+from txnlog.log.table_state import TableState
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage import LogStore, TableLocation, normalize_uri, open_store
 from txnlog.txn.create import create_table

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from txnlog.errors import AmbiguousWriteError, StorageError
-from txnlog.storage.base import FileInfo, LogStore
+from txnlog.storage import FileInfo, LogStore
 
 OPERATIONS = frozenset(
     {

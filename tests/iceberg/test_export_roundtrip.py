@@ -87,7 +87,7 @@ def test_hundreds_of_commits_from_the_hook_one_snapshot_each(tmp_path):
             rewrite(table, f"part = 'p{i % 7}'", keep_not("id", i))
     versions = snapshots_by_delta_version(uri)
     latest = table.latest_version()
-    assert sorted(versions) == list(range(0, latest + 1))  # one snapshot per commit (v0: the empty table), none twice
+    assert sorted(versions) == list(range(1, latest + 1))  # one snapshot per commit but the create, none twice
     assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))
     meta = iceberg_table(uri).metadata
     # Small manifests were merged: the manifest list stays short.
@@ -138,4 +138,22 @@ def test_a_table_recreated_at_the_same_path_is_rebuilt_not_taken_as_up_to_date(t
     again.append(_batch(100, 1))
     result = export(uri)
     assert result.rebuilt and "table id changed" in (result.rebuild_reason or "")
+    assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))
+
+
+def test_the_create_commit_gets_no_snapshot_and_reads_as_an_empty_table(tmp_path):
+    """Creating a table commits metadata only: Iceberg gets the schema and no snapshot (as for any
+    metadata-only commit), and pyiceberg reads a table without a current snapshot as empty."""
+    uri = str(tmp_path / "t")
+    txnlog.Table.create(uri, SCHEMA, partition_by=["part"], properties={"txnlog.iceberg.export.enabled": "true"})
+    meta = iceberg_table(uri).metadata
+    assert meta.snapshots == [] and meta.current_snapshot_id is None
+    assert meta.properties["txnlog.delta.version"] == "0"
+    assert [f.name for f in meta.schema().fields] == ["id", "part", "value"]
+    empty = iceberg_rows(uri)
+    assert empty.num_rows == 0 and empty.column_names == ["id", "part", "value"]
+
+    txnlog.Table(uri).append(_batch(0, 3))
+    assert sorted(snapshots_by_delta_version(uri)) == [1]
+    assert [s.summary.operation.value for s in iceberg_table(uri).metadata.snapshots] == ["append"]
     assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))

@@ -152,8 +152,8 @@ def test_filters_never_drop_a_matching_row(tmp_path_factory, batches, column, op
 def test_stats_decoded_file_by_file_match_the_columnar_parse(tmp_path, monkeypatch):
     """A commit's few adds take the per-file JSON path; a rebuild's many take the Arrow one:
     both must give the same bounds and counts."""
-    from txnlog.iceberg import _datafiles
-    from txnlog.iceberg._schema import iceberg_schema, partition_spec
+    from txnlog.iceberg import datafiles
+    from txnlog.iceberg.schema import iceberg_schema, partition_spec
 
     uri = str(tmp_path / "t")
     table = txnlog.Table.create(uri, ALL_TYPES)
@@ -172,8 +172,8 @@ def test_stats_decoded_file_by_file_match_the_columnar_parse(tmp_path, monkeypat
     def as_dicts(files: list) -> list:
         return [(f.file_path, f.record_count, f.value_counts, f.null_value_counts, f.lower_bounds, f.upper_bounds) for f in files]
 
-    by_file = as_dicts(_datafiles.data_files(snap.files(), snap.metadata, schema, spec, snap.store))
-    monkeypatch.setattr(_datafiles, "_FEW_FILES", 0)
-    by_column = as_dicts(_datafiles.data_files(snap.files(), snap.metadata, schema, spec, snap.store))
+    by_file = as_dicts(datafiles.data_files(snap.files(), snap.metadata, schema, spec, snap.store))
+    monkeypatch.setattr(datafiles, "_FEW_FILES", 0)
+    by_column = as_dicts(datafiles.data_files(snap.files(), snap.metadata, schema, spec, snap.store))
     assert by_file == by_column
     assert any(lower for _, _, _, _, lower, _ in by_file)  # bounds were exported at all

@@ -41,7 +41,7 @@ def _files(table: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _checkpoint_alone(uri: str, version: int) -> txnlog.log.replay.TableState:
+def _checkpoint_alone(uri: str, version: int) -> txnlog.log.table_state.TableState:
     """The state the checkpoint at ``version`` describes, read without any commit."""
     store = open_store(uri)
     parts = list_log(store, version).complete_checkpoint(version)

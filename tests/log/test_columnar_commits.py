@@ -12,7 +12,7 @@ import pytest
 
 import txnlog
 from txnlog.errors import LogCorruptError, TxnLogError
-from txnlog.log import replay
+from txnlog.log import commits
 
 
 def state_of(uri: str, version: int | None = None) -> tuple:
@@ -31,9 +31,9 @@ def state_of(uri: str, version: int | None = None) -> tuple:
 
 
 def both_ways(monkeypatch, uri: str, version: int | None = None) -> tuple[tuple, tuple]:
-    monkeypatch.setattr(replay, "COLUMNAR_COMMIT_BYTES", 1 << 62)
+    monkeypatch.setattr(commits, "COLUMNAR_COMMIT_BYTES", 1 << 62)
     row_wise = state_of(uri, version)
-    monkeypatch.setattr(replay, "COLUMNAR_COMMIT_BYTES", 0)
+    monkeypatch.setattr(commits, "COLUMNAR_COMMIT_BYTES", 0)
     columnar = state_of(uri, version)
     return row_wise, columnar
 
@@ -113,7 +113,7 @@ def test_missing_path_in_a_large_commit_names_the_line(log_writer, monkeypatch):
     w = log_writer()
     w.create(partition_columns=("part",))
     w.commit(1, _add("a.parquet", "a"), {"add": {"size": 3, "partitionValues": {}}})
-    monkeypatch.setattr(replay, "COLUMNAR_COMMIT_BYTES", 0)
+    monkeypatch.setattr(commits, "COLUMNAR_COMMIT_BYTES", 0)
     with pytest.raises(LogCorruptError, match="line 2 lacks required field 'path'") as err:
         txnlog.Table(w.uri).snapshot()
     assert err.value.version == 1
@@ -125,7 +125,7 @@ def test_tags_fall_back_to_the_row_wise_parser(log_writer, monkeypatch):
     tagged = _add("t.parquet", "a")
     tagged["add"]["tags"] = {"INSERTION_TIME": "1"}
     w.commit(1, tagged)
-    monkeypatch.setattr(replay, "COLUMNAR_COMMIT_BYTES", 0)
+    monkeypatch.setattr(commits, "COLUMNAR_COMMIT_BYTES", 0)
     files = txnlog.Table(w.uri).snapshot().files()
     assert files.column("tags").to_pylist(maps_as_pydicts="lossy") == [{"INSERTION_TIME": "1"}]
 
@@ -136,11 +136,11 @@ def test_a_large_commit_really_takes_the_columnar_path(log_writer):
     w.commit(1, *[_add(f"part=a/f{i:06d}.parquet", "a") for i in range(12000)])
     tmp_table_uri = w.uri
     size = (Path(tmp_table_uri.removeprefix("file://")) / "_delta_log" / "00000000000000000001.json").stat().st_size
-    assert size > replay.COLUMNAR_COMMIT_BYTES
+    assert size > commits.COLUMNAR_COMMIT_BYTES
     from txnlog.log.segment import list_log
 
     store = txnlog.Table(tmp_table_uri).store
-    [commit] = replay.read_commits(store, [list_log(store, 1).commits[1]], columnar=True)
+    [commit] = commits.read_commits(store, [list_log(store, 1).commits[1]], columnar=True)
     assert commit.columnar is not None and commit.columnar.adds.num_rows == 12000
     assert txnlog.Table(tmp_table_uri).snapshot().num_files == 12000
     assert orjson.loads(txnlog.Table(tmp_table_uri).snapshot().files().column("stats")[0].as_py()) == {"numRecords": 1}

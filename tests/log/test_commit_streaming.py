@@ -8,7 +8,7 @@ import pytest
 
 import txnlog
 from txnlog.errors import LogCorruptError
-from txnlog.log import replay
+from txnlog.log import commits
 from txnlog.log.file_actions import parse_file_actions
 
 HEAD = [
@@ -46,7 +46,7 @@ def test_the_slice_and_the_split_agree() -> None:
 
 @pytest.mark.parametrize("blank_line", [False, True])
 def test_a_missing_size_is_named_by_its_line(log_writer: object, blank_line: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(replay, "COLUMNAR_COMMIT_BYTES", 0)  # every commit takes the columnar path
+    monkeypatch.setattr(commits, "COLUMNAR_COMMIT_BYTES", 0)  # every commit takes the columnar path
     writer = log_writer()  # type: ignore[operator]
     writer.create(partition_columns=("p",))
     files = [_add(i) for i in range(50)]

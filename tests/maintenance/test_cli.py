@@ -142,17 +142,17 @@ def test_conflict_exit_code(table_path, monkeypatch):
     from click.testing import CliRunner
 
     from txnlog import cli
-    from txnlog.maintenance import _restore
+    from txnlog.maintenance import restoring
 
     table = build(table_path, 3)
-    real_missing = _restore._missing
+    real_missing = restoring._missing
 
     def concurrent_delete(*args, **kwargs):
         with table.transaction("DELETE") as txn:
             txn.remove_files(txn.filter_files("id = 1"))
         return real_missing(*args, **kwargs)
 
-    monkeypatch.setattr(_restore, "_missing", concurrent_delete)
+    monkeypatch.setattr(restoring, "_missing", concurrent_delete)
     result = CliRunner().invoke(cli.cli, ["restore", str(table_path), "--version", "2"])
     assert result.exit_code == cli.EXIT_CONFLICT == 4, result.output
     assert "txnlog: error:" in result.output and "version 4" in result.output

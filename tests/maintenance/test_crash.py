@@ -16,7 +16,7 @@ import pytest
 
 import txnlog
 from txnlog.maintenance import expire, tags
-from txnlog.maintenance._layout import LogLayout
+from txnlog.maintenance.layout import LogLayout
 
 from .conftest import age, build, files_of, read_with_both
 

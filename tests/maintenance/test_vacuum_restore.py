@@ -226,7 +226,7 @@ def test_vacuum_keeps_deletion_vector_files(tmp_path, log_writer):
     dv = DeletionVectorDescriptor("u", "vBn[lx{q8@P<9BNH/isA", 34, 1, offset=1)
     writer.commit(1, writer.add("data.parquet", deletion_vector=dv))
     table = txnlog.Table(writer.uri)
-    from txnlog.maintenance._core import dv_file_path
+    from txnlog.maintenance.core import dv_file_path
 
     dv_name = dv_file_path("u", "vBn[lx{q8@P<9BNH/isA")
     assert dv_name is not None and dv_name.startswith("deletion_vector_") and dv_name.endswith(".bin")

@@ -329,7 +329,7 @@ def test_a_worker_python_that_cannot_import_a_module_is_named_in_one_line(spark:
 
     from pyspark.sql import functions as F
 
-    from txnlog.spark._common import SPARK_FAILURES, job_error
+    from txnlog.spark.common import SPARK_FAILURES, job_error
 
     # A module only the driver can import: the workers' Python lacks it as a Python without
     # txnlog lacks txnlog (the function is pickled by reference to its module).

@@ -212,7 +212,7 @@ class InterleavedTransactions(RuleBasedStateMachine):
         predicate matches (any row, for a whole-table read)."""
         txn = entry["txn"]
         read_keys = set(file_keys(entry["read"]).to_pylist()) if entry["read"] is not None else set()
-        from txnlog.log.replay import read_commits
+        from txnlog.log.commits import read_commits
         from txnlog.log.segment import list_log
 
         listing = list_log(self.table.store, txn.read_version + 1)

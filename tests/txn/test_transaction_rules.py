@@ -261,7 +261,7 @@ def test_table_create_takes_a_store(tmp_path: Path) -> None:
 
 def test_a_footprint_built_by_hand_checks_against_winners(table: Table) -> None:
     """TransactionFootprint and Winners are usable on their own (an engine's planner may build them)."""
-    from txnlog.log.replay import read_commits
+    from txnlog.log.commits import read_commits
     from txnlog.log.segment import list_log
     from txnlog.txn.conflicts import TransactionFootprint, Winners, check_conflicts
     from txnlog.txn.isolation import IsolationLevel

@@ -16,18 +16,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from txnlog.iceberg._errors import IcebergExportError
-from txnlog.iceberg._hook import IcebergExportHook, export_enabled, wait_for_exports
+from txnlog.iceberg.errors import IcebergExportError
+from txnlog.iceberg.hook import IcebergExportHook, export_enabled, wait_for_exports
 
 if TYPE_CHECKING:
-    from txnlog.iceberg._export import DELTA_VERSION_KEY, ExportResult, export, export_snapshot
+    from txnlog.iceberg.exporter import DELTA_VERSION_KEY, ExportResult, export, export_snapshot
 
 _FROM_EXPORT = frozenset({"DELTA_VERSION_KEY", "ExportResult", "export", "export_snapshot"})
 
 
 def __getattr__(name: str) -> Any:
     if name in _FROM_EXPORT:
-        module = importlib.import_module("._export", __name__)  # optional: pyiceberg, loaded on first use
+        module = importlib.import_module(".exporter", __name__)  # optional: pyiceberg, loaded on first use
         return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

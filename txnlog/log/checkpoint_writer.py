@@ -31,6 +31,7 @@ from txnlog.file_facts import file_keys, is_column_mapped, parse_partition_value
 from txnlog.log import codec
 from txnlog.log.actions import CheckpointMetadata, Metadata, Protocol, Sidecar
 from txnlog.log.checkpoint_reader import SKIPPABLE_WHEN_NULL, CheckpointSources, checkpoint_sources, sidecar_path
+from txnlog.log.commits import read_commits
 from txnlog.log.file_actions import (
     ADD_LOG_TYPE,
     DV_LOG_TYPE,
@@ -41,8 +42,9 @@ from txnlog.log.file_actions import (
 )
 from txnlog.log.filenames import LOG_DIR, SIDECAR_DIR, CheckpointFile, classic_checkpoint_path, version_prefix
 from txnlog.log.last_checkpoint import LastCheckpointHint, read_hint, write_hint
-from txnlog.log.replay import TableState, apply_commits, checkpoint_table_actions, read_commits, replay
+from txnlog.log.replay import apply_commits, checkpoint_table_actions, replay
 from txnlog.log.segment import LogSegment, build_segment, list_log
+from txnlog.log.table_state import TableState
 from txnlog.storage.base import LogStore
 
 logger = logging.getLogger(__name__)
@@ -109,10 +111,10 @@ def write_checkpoint(store: LogStore, state: TableState | None = None, *, now_ms
     assert state is not None
     version = state.version
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    result = _existing(store, version)
+    result = existing_checkpoint(store, version)
     if result is None:
         result = _write(store, state, _Content.of(state, now))
-    _advance_hint(store, result)
+    advance_last_checkpoint(store, result)
     return result
 
 
@@ -125,7 +127,7 @@ def checkpoint_from_log(store: LogStore, version: int | None = None, *, now_ms: 
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
     segment = build_segment(store, version)
-    result = _existing(store, segment.version)
+    result = existing_checkpoint(store, segment.version)
     if result is None:
         sources = checkpoint_sources(store, segment.checkpoint) if segment.checkpoint else None
         if sources is None:
@@ -134,7 +136,7 @@ def checkpoint_from_log(store: LogStore, version: int | None = None, *, now_ms: 
         else:
             state, content = _streamed(store, segment, sources, now)
             result = _write(store, state, content)
-    _advance_hint(store, result)
+    advance_last_checkpoint(store, result)
     return result
 
 
@@ -490,8 +492,9 @@ def _runs(batches: Iterable[pa.RecordBatch], max_rows: int) -> Iterator[Iterator
 # --- an existing checkpoint, and the hint ------------------------------------------------------
 
 
-def _existing(store: LogStore, version: int) -> CheckpointResult | None:
-    """The complete checkpoint already written for ``version``, if any and readable."""
+def existing_checkpoint(store: LogStore, version: int) -> CheckpointResult | None:
+    """The complete checkpoint already in ``store`` for ``version``, described, or None if there
+    is none or it is unreadable (then a warning is logged: the caller may write a new one)."""
     files = list_log(store, version).complete_checkpoint(version)
     if not files:
         return None
@@ -556,8 +559,9 @@ def _parquet_counts(store: LogStore, path: str, version: int) -> tuple[int, int,
         ) from e
 
 
-def _advance_hint(store: LogStore, result: CheckpointResult) -> None:
-    """Point ``_last_checkpoint`` at ``result`` unless it already names a newer checkpoint."""
+def advance_last_checkpoint(store: LogStore, result: CheckpointResult) -> None:
+    """Point ``_last_checkpoint`` at the checkpoint ``result`` describes, unless it already names
+    that one or a newer one: the hint never moves backwards."""
     hint = LastCheckpointHint(
         version=result.version,
         size=result.num_actions,
@@ -570,4 +574,4 @@ def _advance_hint(store: LogStore, result: CheckpointResult) -> None:
     write_hint(store, hint)
 
 
-__all__ = ["CheckpointResult", "checkpoint_from_log", "write_checkpoint", "CHUNK_ROWS"]
+__all__ = ["CheckpointResult", "advance_last_checkpoint", "checkpoint_from_log", "existing_checkpoint", "write_checkpoint", "CHUNK_ROWS"]

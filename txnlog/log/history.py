@@ -12,8 +12,8 @@ from typing import Any
 from txnlog.errors import TableNotFoundError, VersionNotFoundError
 from txnlog.log.actions import CommitInfo
 from txnlog.log.codec import encode_action
+from txnlog.log.commits import Commit, read_commits
 from txnlog.log.filenames import LOG_DIR
-from txnlog.log.replay import Commit, read_commits
 from txnlog.log.segment import LogListing, list_log
 from txnlog.storage.base import LogStore
 

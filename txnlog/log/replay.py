@@ -12,11 +12,7 @@ The checkpoint's file list stays columnar: commits are applied to it with Arrow 
 
 from __future__ import annotations
 
-import os
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,179 +22,19 @@ import pyarrow.compute as pc
 from txnlog.errors import LogCorruptError, TxnLogError
 from txnlog.file_facts import file_keys, is_column_mapped, partition_fields, partition_value_keys
 from txnlog.log import codec
-from txnlog.log.actions import Action, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
-from txnlog.log.checkpoint_reader import CheckpointStats, read_checkpoint
+from txnlog.log.actions import Action, DomainMetadata, Metadata, Protocol, Txn
+from txnlog.log.checkpoint_reader import read_checkpoint
+from txnlog.log.commits import Commit, read_commits
 from txnlog.log.distinct import all_distinct
 from txnlog.log.file_actions import (
     FILES_SCHEMA,
     TOMBSTONES_SCHEMA,
-    ColumnarFileActions,
     concat,
-    parse_file_actions,
     table_from_log_dicts,
 )
-from txnlog.log.segment import CommitFile, LogSegment
+from txnlog.log.segment import LogSegment
+from txnlog.log.table_state import PendingStats, TableState
 from txnlog.storage.base import LogStore
-
-
-@dataclass(frozen=True)
-class Commit:
-    """One parsed commit file: its raw actions (``{kind: body}``) in file order."""
-
-    version: int
-    path: str
-    modification_time: int
-    actions: list[dict[str, Any]]
-    #: For a large commit read for replay: its add and remove actions, parsed column-wise
-    #: (and then absent from ``actions``).
-    columnar: ColumnarFileActions | None = None
-    #: Its file actions were already held to the protocol's rules (a commit this process wrote).
-    checked: bool = False
-
-    def commit_info(self) -> CommitInfo | None:
-        for obj in self.actions:
-            if "commitInfo" in obj:
-                info = codec.decode_action("commitInfo", obj["commitInfo"], path=self.path, version=self.version)
-                return info  # type: ignore[return-value]
-        return None
-
-    @property
-    def timestamp(self) -> int:
-        """In-commit timestamp when present, else the file's modification time."""
-        info = self.commit_info()
-        if info is not None and info.in_commit_timestamp is not None:
-            return int(info.in_commit_timestamp)
-        return self.modification_time
-
-
-# Above this size a commit's file actions are parsed by pyarrow's JSON reader, not row by row.
-COLUMNAR_COMMIT_BYTES = 1 << 20
-
-
-# Large commits are parsed on this many threads (pyarrow's JSON reader releases the GIL; each
-# parse is single-threaded, which leaves less memory cached in the allocator's thread heaps).
-_PARSE_THREADS = max(1, min(4, os.cpu_count() or 1))
-
-
-def read_commits(store: LogStore, files: Iterable[CommitFile], *, columnar: bool = False) -> list[Commit]:
-    """Parse commit files. With ``columnar``, large commits keep their file actions as Arrow and
-    are parsed in parallel, and each commit's bytes are dropped once it is parsed."""
-    files = list(files)
-    blobs = store.iter_read([f.path for f in files])
-    if not columnar or _PARSE_THREADS == 1:
-        return [_parse_commit(f, data, columnar) for f, data in zip(files, blobs)]
-    out: list[Commit | Future[Commit]] = []
-    in_flight: deque[Future[Commit]] = deque()
-    with ThreadPoolExecutor(_PARSE_THREADS) as pool:
-        for f, data in zip(files, blobs):
-            if len(data) <= COLUMNAR_COMMIT_BYTES:
-                out.append(_parse_commit(f, data, columnar))  # a thread hand-off costs more
-                continue
-            if len(in_flight) >= _PARSE_THREADS:
-                in_flight.popleft().result()  # at most that many commits' bytes held
-            in_flight.append(pool.submit(_parse_commit, f, data, columnar))
-            out.append(in_flight[-1])
-    return [c.result() if isinstance(c, Future) else c for c in out]
-
-
-def _parse_commit(f: CommitFile, data: bytes, columnar: bool) -> Commit:
-    split = parse_file_actions(data, path=f.path, version=f.version) if columnar and len(data) > COLUMNAR_COMMIT_BYTES else None
-    if split is None:
-        return Commit(f.version, f.path, f.modification_time, codec.parse_lines(data, path=f.path, version=f.version))
-    rest, file_actions = split
-    actions = codec.parse_lines(rest, path=f.path, version=f.version)
-    return Commit(f.version, f.path, f.modification_time, actions, file_actions)
-
-
-@dataclass(frozen=True)
-class PendingStats:
-    """Stats still in a checkpoint: those of the first ``len(rows)`` live files, which are the
-    checkpoint's add rows at ``rows`` (replay keeps them first, in checkpoint order)."""
-
-    source: CheckpointStats
-    rows: pa.Array
-
-    def kept(self, mask: pa.Array) -> PendingStats | None:
-        """After the file list was filtered by ``mask``."""
-        rows = self.rows.filter(mask.slice(0, len(self.rows)))
-        return PendingStats(self.source, rows) if len(rows) else None
-
-
-@dataclass(frozen=True)
-class TableState:
-    """Everything a snapshot knows, derived only from the log."""
-
-    version: int
-    protocol: Protocol
-    metadata: Metadata
-    app_transactions: Mapping[str, Txn]
-    domains: Mapping[str, DomainMetadata]
-    #: The live files (``FILES_SCHEMA``); the first ``pending_stats.rows`` have null stats
-    #: until :attr:`files` or :meth:`take` reads them from the checkpoint.
-    file_list: pa.Table
-    _tombstone_parts: tuple[Callable[[], pa.Table], ...] = field(repr=False, default=())
-    pending_stats: PendingStats | None = field(repr=False, default=None)
-    _keys: list[pa.Array] = field(repr=False, default_factory=list, compare=False)
-    _with_stats: list[pa.Table] = field(repr=False, default_factory=list, compare=False)
-
-    @property
-    def num_files(self) -> int:
-        return int(self.file_list.num_rows)
-
-    @property
-    def files(self) -> pa.Table:
-        """Every live file with its stats (read from the checkpoint once, when first asked for)."""
-        pending = self.pending_stats
-        if pending is None:
-            return self.file_list
-        if not self._with_stats:
-            self._with_stats.append(self._fill_stats(self.file_list, pending.source.load(pending.rows)))
-        return self._with_stats[0]
-
-    def files_without_stats(self) -> pa.Table:
-        """Every live file, without the ``stats`` column (nothing is read)."""
-        return self.file_list.drop_columns(["stats"])
-
-    def take(self, positions: pa.Array) -> pa.Table:
-        """The files at ascending ``positions`` of the file list, with their stats."""
-        if self._with_stats:
-            return self._with_stats[0].take(positions)
-        rows = self.file_list.take(positions)
-        pending = self.pending_stats
-        if pending is None:
-            return rows
-        from_checkpoint = positions.filter(pc.less(positions, len(pending.rows)))
-        if not len(from_checkpoint):
-            return rows
-        return self._fill_stats(rows, pending.source.load(pending.rows.take(from_checkpoint)))
-
-    @staticmethod
-    def _fill_stats(files: pa.Table, first: pa.ChunkedArray) -> pa.Table:
-        """``files`` with the stats of its first ``len(first)`` rows replaced by ``first``."""
-        index = files.schema.get_field_index("stats")
-        rest = files.column(index).slice(len(first))
-        return files.set_column(index, "stats", pa.chunked_array([*first.chunks, *rest.chunks], pa.string()))
-
-    def file_keys(self) -> pa.Array:
-        """The logical-file key of every live file (computed once)."""
-        if not self._keys:
-            self._keys.append(file_keys(self.file_list).cast(pa.string()))
-        return self._keys[0]
-
-    def tombstones(self) -> pa.Table:
-        """Latest remove per logical file that is not live again."""
-        removes = concat((load() for load in self._tombstone_parts), TOMBSTONES_SCHEMA)
-        if removes.num_rows == 0:
-            return removes
-        keys = file_keys(removes)
-        live = pc.is_in(keys, value_set=file_keys(self.file_list))
-        removes = removes.filter(pc.invert(live))
-        keys = keys.filter(pc.invert(live))
-        # Keep the last occurrence of each key: parts are in log order.
-        idx = pa.table({"k": keys, "i": pa.array(range(len(keys)), pa.int64())})
-        last = idx.group_by("k", use_threads=False).aggregate([("i", "max")]).column("i_max")
-        return removes.take(pc.take(last, pc.sort_indices(last)))  # the row positions, in log order
-
 
 # Fields the protocol requires that columnar conversion would otherwise turn into nulls.
 _REQUIRED_FILE_FIELDS = {"add": ("path", "size"), "remove": ("path",)}

@@ -5,18 +5,18 @@ See docs/maintenance.md.
 """
 
 from txnlog.maintenance import consumers, tags
-from txnlog.maintenance._deletes import Progress
-from txnlog.maintenance._expire import ExpireResult, ExpiryHook, expire
-from txnlog.maintenance._inspect import (
+from txnlog.maintenance.deletes import Progress
+from txnlog.maintenance.expiry import ExpireResult, ExpiryHook, expire
+from txnlog.maintenance.inspection import (
     TableDescription,
     checkpoint,
     describe,
     history,
     list_files,
 )
-from txnlog.maintenance._restore import RestoreResult, restore
-from txnlog.maintenance._vacuum import VacuumResult, vacuum
-from txnlog.maintenance._validate import Problem, ValidationReport, validate
+from txnlog.maintenance.restoring import RestoreResult, restore
+from txnlog.maintenance.vacuuming import VacuumResult, vacuum
+from txnlog.maintenance.validation import Problem, ValidationReport, validate
 from txnlog.properties import parse_duration_ms
 
 __all__ = [

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from txnlog.errors import ConsumerNotFoundError, LogCorruptError, VersionNotFoundError
-from txnlog.maintenance import _sidefiles, arguments
-from txnlog.maintenance._layout import LogLayout
+from txnlog.maintenance import arguments, sidefiles
+from txnlog.maintenance.layout import LogLayout
 
 if TYPE_CHECKING:
-    from txnlog.table import Table
+    from txnlog import Table
 
 _DIR = "consumers"
 
@@ -48,7 +48,7 @@ def _decode(obj: dict[str, Any], where: str) -> Consumer:
 
 
 def _write(table: Table, consumer: Consumer) -> Consumer:
-    table.store.put(_sidefiles.path_of(_DIR, consumer.consumer_id), _sidefiles.dump(consumer.to_dict()))
+    table.store.put(sidefiles.path_of(_DIR, consumer.consumer_id), sidefiles.dump(consumer.to_dict()))
     return consumer
 
 
@@ -65,7 +65,7 @@ def _check_version(table: Table, next_version: int) -> None:
 @arguments.takes_table
 def record(table: Table, consumer_id: str, next_version: int, *, now_ms: int | None = None) -> Consumer:
     """Create or move consumer ``consumer_id`` to ``next_version``, with a heartbeat now."""
-    _sidefiles.check_name("consumer", consumer_id)
+    sidefiles.check_name("consumer", consumer_id)
     _check_version(table, arguments.integer("next_version", next_version, minimum=0))
     now_ms = arguments.optional_integer("now_ms", now_ms)
     return _write(table, Consumer(consumer_id, next_version, _now_ms() if now_ms is None else now_ms))
@@ -73,9 +73,9 @@ def record(table: Table, consumer_id: str, next_version: int, *, now_ms: int | N
 
 @arguments.takes_table
 def get(table: Table, consumer_id: str) -> Consumer:
-    _sidefiles.check_name("consumer", consumer_id)
-    path = _sidefiles.path_of(_DIR, consumer_id)
-    obj = _sidefiles.read(table.store, path)
+    sidefiles.check_name("consumer", consumer_id)
+    path = sidefiles.path_of(_DIR, consumer_id)
+    obj = sidefiles.read(table.store, path)
     if obj is None:
         raise ConsumerNotFoundError(f"no consumer {consumer_id!r} on {table.uri}", consumer_id=consumer_id)
     return _decode(obj, table.store.uri_of(path))
@@ -93,13 +93,13 @@ def reset(table: Table, consumer_id: str, next_version: int) -> Consumer:
 def delete(table: Table, consumer_id: str) -> Consumer:
     """Drop a consumer: it no longer pins any version."""
     consumer = get(table, consumer_id)
-    table.store.delete(_sidefiles.path_of(_DIR, consumer_id))
+    table.store.delete(sidefiles.path_of(_DIR, consumer_id))
     return consumer
 
 
 @arguments.takes_table
 def list_consumers(table: Table) -> list[Consumer]:
-    return sorted((_decode(obj, table.uri) for obj in _sidefiles.read_all(table.store, _DIR)), key=lambda c: c.consumer_id)
+    return sorted((_decode(obj, table.uri) for obj in sidefiles.read_all(table.store, _DIR)), key=lambda c: c.consumer_id)
 
 
 @arguments.takes_table
@@ -110,7 +110,7 @@ def expire(table: Table, inactive_ms: int, *, now_ms: int | None = None) -> list
     horizon = (_now_ms() if now_ms is None else now_ms) - inactive_ms
     dropped = [c for c in list_consumers(table) if c.last_heartbeat_ms < horizon]
     for c in dropped:
-        table.store.delete(_sidefiles.path_of(_DIR, c.consumer_id))
+        table.store.delete(sidefiles.path_of(_DIR, c.consumer_id))
     return dropped
 
 

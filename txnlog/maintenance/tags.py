@@ -20,11 +20,10 @@ from txnlog.errors import (
     TxnLogError,
     VersionNotFoundError,
 )
-from txnlog.maintenance import _sidefiles, arguments
+from txnlog.maintenance import arguments, sidefiles
 
 if TYPE_CHECKING:
-    from txnlog.snapshot import Snapshot
-    from txnlog.table import Table
+    from txnlog import Snapshot, Table
 
 _DIR = "tags"
 
@@ -50,12 +49,12 @@ def _decode(obj: dict[str, Any], where: str) -> Tag:
 @arguments.takes_table
 def create(table: Table, name: str, version: int | None = None) -> Tag:
     """Tag ``version`` (default: the latest) as ``name``; TagAlreadyExistsError if the name is taken."""
-    _sidefiles.check_name("tag", name)
+    sidefiles.check_name("tag", name)
     snapshot = table.snapshot(arguments.optional_integer("version", version, minimum=0))  # reconstructable now
     tag = Tag(name, snapshot.version, int(time.time() * 1000))
-    path = _sidefiles.path_of(_DIR, name)
+    path = sidefiles.path_of(_DIR, name)
     try:
-        table.store.put_if_absent(path, _sidefiles.dump(tag.to_dict()))
+        table.store.put_if_absent(path, sidefiles.dump(tag.to_dict()))
     except FileAlreadyExistsError:
         existing = get(table, name)
         raise TagAlreadyExistsError(
@@ -75,9 +74,9 @@ def create(table: Table, name: str, version: int | None = None) -> Tag:
 
 @arguments.takes_table
 def get(table: Table, name: str) -> Tag:
-    _sidefiles.check_name("tag", name)
-    path = _sidefiles.path_of(_DIR, name)
-    obj = _sidefiles.read(table.store, path)
+    sidefiles.check_name("tag", name)
+    path = sidefiles.path_of(_DIR, name)
+    obj = sidefiles.read(table.store, path)
     if obj is None:
         raise TagNotFoundError(f"no tag {name!r} on {table.uri}", name=name)
     return _decode(obj, table.store.uri_of(path))
@@ -87,14 +86,14 @@ def get(table: Table, name: str) -> Tag:
 def delete(table: Table, name: str) -> Tag:
     """Remove tag ``name`` (its version is then expired like any other); returns what it was."""
     tag = get(table, name)
-    table.store.delete(_sidefiles.path_of(_DIR, name))
+    table.store.delete(sidefiles.path_of(_DIR, name))
     return tag
 
 
 @arguments.takes_table
 def list_tags(table: Table) -> list[Tag]:
     """Every tag, by version then name."""
-    tags = [_decode(obj, table.uri) for obj in _sidefiles.read_all(table.store, _DIR)]
+    tags = [_decode(obj, table.uri) for obj in sidefiles.read_all(table.store, _DIR)]
     return sorted(tags, key=lambda t: (t.version, t.name))
 
 

@@ -11,7 +11,7 @@ Works with a classic SparkSession and over Spark Connect (public DataFrame APIs 
 Needs the `spark` extra (PySpark 4, pyroaring); executors need only txnlog, pyarrow and fsspec.
 """
 
-from txnlog.spark._common import SparkJobError, SparkWorkerPythonError
+from txnlog.spark.common import SparkJobError, SparkWorkerPythonError
 from txnlog.spark.files import files
 from txnlog.spark.merge import merge
 from txnlog.spark.optimize import OptimizeResult, optimize

@@ -34,14 +34,19 @@ from urllib.parse import urlparse
 import pyarrow.parquet as pq
 
 from txnlog.errors import CorruptCheckpointError, InvalidArgumentError, StorageError, TxnLogError
-from txnlog.log import codec
-from txnlog.log.actions import Protocol, Sidecar
-from txnlog.log.checkpoint_reader import checkpoint_sources, sidecar_path
-from txnlog.log.features import check_readable
-from txnlog.log.filenames import CheckpointFile
-from txnlog.log.segment import LogSegment, build_segment
-from txnlog.storage import open_store
-from txnlog.storage.base import LogStore
+from txnlog.log import (
+    CheckpointFile,
+    LogSegment,
+    Protocol,
+    Sidecar,
+    build_segment,
+    check_readable,
+    checkpoint_sources,
+    decode_action,
+    parse_lines,
+    sidecar_path,
+)
+from txnlog.storage import LogStore, open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -144,8 +149,8 @@ def _latest_protocol(store: LogStore, commits: list[str], protocol: Protocol | N
         data = store.read(path)
         version = int(path.rsplit("/", 1)[-1][:20])
         for match in _PROTOCOL_LINE.finditer(data):
-            (obj,) = codec.parse_lines(match.group(0), path=path, version=version)
-            action = codec.decode_action("protocol", obj["protocol"], path=path, version=version)
+            (obj,) = parse_lines(match.group(0), path=path, version=version)
+            action = decode_action("protocol", obj["protocol"], path=path, version=version)
             if isinstance(action, Protocol):
                 protocol = action
     return protocol
@@ -191,14 +196,14 @@ def _checkpoint_files(store: LogStore, segment: LogSegment) -> tuple[Protocol | 
     # A V2 checkpoint whose top-level file is JSON: it is small (sidecars hold the files).
     top = segment.checkpoint[0]
     try:
-        lines = codec.parse_lines(store.read(top.path), path=top.path, version=top.version)
+        lines = parse_lines(store.read(top.path), path=top.path, version=top.version)
     except StorageError as e:
         raise CorruptCheckpointError(f"checkpoint {top.path} is unreadable: {e}", path=top.path, version=top.version) from e
     sidecars: list[str] = []
     for obj in lines:
         for kind, body in obj.items():
             if kind in ("protocol", "sidecar"):
-                action = codec.decode_action(kind, body, path=top.path, version=top.version)
+                action = decode_action(kind, body, path=top.path, version=top.version)
                 if isinstance(action, Protocol):
                     protocol = action
                 elif isinstance(action, Sidecar):

@@ -39,14 +39,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 from sqlglot import exp
 
+from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError
-from txnlog.snapshot import Snapshot
-from txnlog.spark._common import quote_column
+from txnlog.spark.common import quote_column
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import write_files
-from txnlog.table import Table
-from txnlog.txn.transaction import CommitResult, OptimisticTransaction
 
 log = logging.getLogger(__name__)
 

@@ -25,14 +25,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
 from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
-from txnlog.snapshot import Snapshot
-from txnlog.spark._common import column
+from txnlog.spark.common import column
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import write_files
-from txnlog.table import Table
-from txnlog.txn.transaction import CommitResult, OptimisticTransaction
-from txnlog.write.context import WriteContext
 
 log = logging.getLogger(__name__)
 

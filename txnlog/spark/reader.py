@@ -25,18 +25,17 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from txnlog import Table, Timestamp
 from txnlog.errors import TxnLogError
 from txnlog.file_facts import parse_partition_values
-from txnlog.log.codec import decode_dv
-from txnlog.log.deletion_vectors import DeletionVectorError, read_deletion_vector
+from txnlog.log import DeletionVectorError, decode_dv, read_deletion_vector
 from txnlog.properties import PHYSICAL_NAME_KEY
-from txnlog.spark._common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
-from txnlog.table import Table, Timestamp
+from txnlog.spark.common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from txnlog.snapshot import Snapshot
+    from txnlog import Snapshot
 
 #: The column :func:`read_files` adds with ``with_file_column=True``: each row's ``add.path``.
 FILE_COLUMN = "_txnlog_file"

@@ -30,10 +30,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from txnlog import Table
 from txnlog.errors import CommitConflictError, InvalidArgumentError
 from txnlog.spark.merge import merge_into
 from txnlog.spark.writer import write
-from txnlog.table import Table
 
 log = logging.getLogger(__name__)
 

@@ -17,19 +17,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
+from txnlog import AddFile, CommitResult, IsolationLevel, OptimisticTransaction, Table
 from txnlog.errors import FileNotLiveError, InvalidArgumentError, InvalidArgumentTypeError, TransactionError
-from txnlog.log.actions import AddFile
-from txnlog.spark._common import column, require_dataframe
+from txnlog.spark.common import column, require_dataframe
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import check_schema, files_table, files_with_matches, remove_where, write_files
-from txnlog.table import Table
-from txnlog.txn.isolation import IsolationLevel
-from txnlog.txn.transaction import CommitResult, OptimisticTransaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from txnlog.snapshot import Snapshot
+    from txnlog import Snapshot
 
 
 class SparkTransaction:

@@ -23,14 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
+from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
-from txnlog.log.actions import AddFile
-from txnlog.log.codec import decode_action, encode_action
-from txnlog.log.file_actions import FILES_SCHEMA, table_from_log_dicts
+from txnlog.log import FILES_SCHEMA, decode_action, encode_action, table_from_log_dicts
 from txnlog.predicates import FilePredicate
 from txnlog.schema import arrow_to_delta_schema
-from txnlog.snapshot import Snapshot
-from txnlog.spark._common import (
+from txnlog.spark.common import (
     SPARK_FAILURES,
     arrow_schema_of,
     decode_error,
@@ -40,9 +38,6 @@ from txnlog.spark._common import (
     require_dataframe,
 )
 from txnlog.spark.reader import FILE_COLUMN, read_files
-from txnlog.table import Table
-from txnlog.txn.transaction import CommitResult, OptimisticTransaction
-from txnlog.write.context import WriteContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

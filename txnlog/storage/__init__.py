@@ -21,11 +21,23 @@ from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, Storag
 from txnlog.storage.base import FileInfo, LogStore
 from txnlog.storage.local import LocalLogStore
 from txnlog.storage.location import TableLocation
+from txnlog.storage.paths import FileLocation, check_new_file_path, locate
 
 # fsspec and the stores built on it are imported when a URI needs them: a local table's
 # process need not hold them (12 MiB resident).
 
-__all__ = ["FileInfo", "LogStore", "LocalLogStore", "TableLocation", "open_store", "normalize_uri"]
+# What engines may use (the modules behind it are the core's own).
+__all__ = [
+    "FileInfo",
+    "FileLocation",
+    "LocalLogStore",
+    "LogStore",
+    "TableLocation",
+    "check_new_file_path",
+    "locate",
+    "normalize_uri",
+    "open_store",
+]
 
 
 def normalize_uri(uri: str | os.PathLike[str]) -> str:

@@ -41,8 +41,8 @@ from txnlog.errors import (
     TxnLogError,
 )
 from txnlog.log import codec
+from txnlog.log.commits import Commit, read_commits
 from txnlog.log.filenames import commit_path
-from txnlog.log.replay import Commit, read_commits
 from txnlog.log.segment import CommitFile, commit_file, list_log
 from txnlog.storage.base import LogStore
 from txnlog.txn.conflicts import TransactionFootprint, Winners, check_conflicts

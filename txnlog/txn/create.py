@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from txnlog.errors import InvalidArgumentError, TableAlreadyExistsError
 from txnlog.log.filenames import LOG_DIR
-from txnlog.log.replay import TableState
 from txnlog.log.segment import LogListing
+from txnlog.log.table_state import TableState
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage.location import TableLocation
 from txnlog.txn.hooks import HookRegistry

@@ -22,6 +22,7 @@ from txnlog.errors import FileNotLiveError, InvalidArgumentTypeError, SchemaErro
 from txnlog.file_facts import decode_stats, file_keys, num_records, partition_value_keys
 from txnlog.log import codec
 from txnlog.log.actions import AddFile
+from txnlog.log.commits import Commit
 from txnlog.log.file_actions import (
     FILES_SCHEMA,
     TOMBSTONES_SCHEMA,
@@ -31,7 +32,6 @@ from txnlog.log.file_actions import (
     file_action_lines,
     table_from_log_dicts,
 )
-from txnlog.log.replay import Commit
 from txnlog.storage.paths import check_new_file_path
 
 # Paths that cannot leave the root: relative, no "..", no escapes, no scheme.

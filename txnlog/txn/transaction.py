@@ -34,11 +34,13 @@ from txnlog.errors import ProtocolViolationError, TransactionError, UnsupportedF
 from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
+from txnlog.log.commits import Commit, read_commits
 from txnlog.log.features import protocol_for
 from txnlog.log.file_actions import FILES_SCHEMA
 from txnlog.log.filenames import commit_path
-from txnlog.log.replay import Commit, TableState, advance, read_commits
+from txnlog.log.replay import advance
 from txnlog.log.segment import list_log
+from txnlog.log.table_state import TableState
 from txnlog.predicates import FilePredicate
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage.location import TableLocation

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 
 from txnlog.errors import TableNotFoundError, VersionGapError
-from txnlog.maintenance._core import LOG_DIR, SIDECAR_DIR, CheckpointFile, LogListing
-from txnlog.storage.base import FileInfo, LogStore
+from txnlog.maintenance.core import LOG_DIR, SIDECAR_DIR, CheckpointFile, LogListing
+from txnlog.storage import FileInfo, LogStore
 
 _CRC = re.compile(r"^(\d{20})\.crc$")
 _COMPACTED = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")

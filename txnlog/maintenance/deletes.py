@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from txnlog.errors import StorageError
-from txnlog.storage.base import LogStore
+from txnlog.storage import LogStore
 
 #: ``progress(stage, done, total)``: how far a long step is; the CLI draws it as a bar.
 Progress = Callable[[str, int, int], None]

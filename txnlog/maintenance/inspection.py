@@ -10,17 +10,17 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txnlog.log.checkpoint_writer import checkpoint_from_log
-from txnlog.maintenance import _core, arguments, consumers, tags
-from txnlog.maintenance._layout import LogLayout
+from txnlog.log import checkpoint_from_log
+from txnlog.maintenance import arguments, consumers, core, tags
+from txnlog.maintenance.layout import LogLayout
 
 if TYPE_CHECKING:
-    from txnlog.table import HistoryEntry, Table
+    from txnlog import HistoryEntry, Table
 
 
 @arguments.takes_table
-@_core.named_operation("checkpoint")
-def checkpoint(table: Table, version: int | None = None) -> _core.CheckpointResult:
+@core.named_operation("checkpoint")
+def checkpoint(table: Table, version: int | None = None) -> core.CheckpointResult:
     """Write a checkpoint of ``version`` (default: the latest), classic or V2 as the table's
     protocol says, and point ``_last_checkpoint`` at it unless it names a newer one.
 
@@ -133,7 +133,7 @@ def describe(table: Table, version: int | None = None) -> TableDescription:
         keys = pc.cast(files.column("partition_values"), pa.map_(pa.string(), pa.string())).to_pylist()
         partitions = len({tuple(sorted((k, v) for k, v in m)) for m in keys})
     layout = LogLayout.of(table.store)
-    hint = _core.read_hint(table.store)
+    hint = core.read_hint(table.store)
     protocol, metadata = snapshot.protocol, snapshot.metadata
     return TableDescription(
         uri=table.uri,

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from txnlog.errors import InvalidArgumentError, LogCorruptError, ObjectNotFoundError
-from txnlog.storage.base import LogStore
+from txnlog.storage import LogStore
 
 ROOT = "_txnlog"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")

@@ -10,11 +10,10 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from types import ModuleType
 
+from txnlog import PostCommitContext, Table
 from txnlog import properties as props
-from txnlog.iceberg._errors import IcebergExportError
+from txnlog.iceberg.errors import IcebergExportError
 from txnlog.storage import TableLocation
-from txnlog.table import Table
-from txnlog.txn.hooks import PostCommitContext
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +22,7 @@ def _exporter(uri: str) -> ModuleType:
     """The export module; a table that asks for the export without pyiceberg installed gets an
     error saying so (on the commit's hook_failures)."""
     try:
-        return importlib.import_module("._export", __package__)  # optional: pyiceberg, only when a table exports
+        return importlib.import_module(".exporter", __package__)  # optional: pyiceberg, only when a table exports
     except ImportError as e:
         raise IcebergExportError(
             f"table {uri} asks for Iceberg metadata (txnlog.iceberg.export.enabled or delta.universalFormat.enabledFormats) "

@@ -9,7 +9,7 @@ from typing import Any
 from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile, OutputStream
 
 from txnlog.errors import ObjectNotFoundError, UnsafePathError
-from txnlog.storage.base import LogStore
+from txnlog.storage import LogStore
 
 
 class _StoreOutputStream(io.BytesIO):

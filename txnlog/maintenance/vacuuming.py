@@ -21,12 +21,12 @@ import pyarrow.compute as pc
 
 from txnlog import properties as props
 from txnlog.errors import ObjectNotFoundError, RetentionCheckError, TxnLogError, VersionNotFoundError
-from txnlog.maintenance import _core, arguments, tags
-from txnlog.maintenance._deletes import Progress, delete_paths
-from txnlog.maintenance._layout import LogLayout
+from txnlog.maintenance import arguments, core, tags
+from txnlog.maintenance.deletes import Progress, delete_paths
+from txnlog.maintenance.layout import LogLayout
 
 if TYPE_CHECKING:
-    from txnlog.table import Table
+    from txnlog import Table
 
 _NEVER_TOP = frozenset({"metadata"})
 #: Reads of the referenced files that a concurrent expiry may cut short before vacuum gives up.
@@ -83,29 +83,29 @@ def _protected(table: Table, *, horizon: int, progress: Progress | None) -> tupl
     snapshot = table.snapshot()
     layout = LogLayout.of(table.store)
     earliest = layout.earliest
-    protected = set(_core.referenced_paths(uri, snapshot.files(stats=False), version=snapshot.version))
+    protected = set(core.referenced_paths(uri, snapshot.files(stats=False), version=snapshot.version))
     if earliest < snapshot.version:
-        protected.update(_core.referenced_paths(uri, table.snapshot(earliest).files(stats=False), version=earliest))
+        protected.update(core.referenced_paths(uri, table.snapshot(earliest).files(stats=False), version=earliest))
         versions = range(earliest + 1, snapshot.version + 1)
         for start in range(0, len(versions), 1000):  # bounded batches of commit files in memory
             batch = [layout.listing.commits[v] for v in versions[start : start + 1000]]
-            for commit in _core.read_commit_files(table.store, batch):
-                protected.update(_core.referenced_paths(uri, _core.added_files([commit]), version=commit.version))
+            for commit in core.read_commit_files(table.store, batch):
+                protected.update(core.referenced_paths(uri, core.added_files([commit]), version=commit.version))
             if progress:
                 progress("reading the log", min(start + 1000, len(versions)), len(versions))
     for tag in tags.list_tags(table):
         if tag.version not in (snapshot.version, earliest):
-            protected.update(_core.referenced_paths(uri, table.snapshot(tag.version).files(stats=False), version=tag.version))
+            protected.update(core.referenced_paths(uri, table.snapshot(tag.version).files(stats=False), version=tag.version))
     tombstones = snapshot.tombstones()
-    _core.referenced_paths(uri, tombstones)  # refuse on any escaping path, even an expired one
+    core.referenced_paths(uri, tombstones)  # refuse on any escaping path, even an expired one
     if tombstones.num_rows:
         deleted_at = pc.fill_null(tombstones.column("deletion_timestamp"), 0)
-        protected.update(_core.referenced_paths(uri, tombstones.filter(pc.greater_equal(deleted_at, horizon))))
+        protected.update(core.referenced_paths(uri, tombstones.filter(pc.greater_equal(deleted_at, horizon))))
     return protected, frozenset(snapshot.partition_columns)
 
 
 @arguments.takes_table
-@_core.named_operation("vacuum")
+@core.named_operation("vacuum")
 def vacuum(
     table: Table,
     *,
@@ -156,7 +156,7 @@ def vacuum(
             continue
         if _hidden(info.path, partition_columns):
             continue
-        path = _core.locate(table.uri, info.path)
+        path = core.locate(table.uri, info.path)
         if path in protected or info.modification_time >= horizon:
             continue
         doomed.append(path)

@@ -29,13 +29,12 @@ from typing import TYPE_CHECKING, Any
 from txnlog import Table
 from txnlog import properties as props
 from txnlog.errors import ExpiryFailedError, InvalidArgumentError
-from txnlog.maintenance import _core, arguments, consumers, tags
-from txnlog.maintenance._deletes import Progress, delete_paths
-from txnlog.maintenance._layout import LogLayout
+from txnlog.maintenance import arguments, consumers, core, tags
+from txnlog.maintenance.deletes import Progress, delete_paths
+from txnlog.maintenance.layout import LogLayout
 
 if TYPE_CHECKING:
-    from txnlog.snapshot import Snapshot
-    from txnlog.txn.hooks import PostCommitContext
+    from txnlog import PostCommitContext, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +88,7 @@ def _commit_time(table: Table, layout: LogLayout, version: int, ict: bool) -> in
     if commit is None:
         return None
     if ict:
-        info = _core.read_commits(table.store, [commit])[0].commit_info()
+        info = core.read_commits(table.store, [commit])[0].commit_info()
         if info is not None and info.in_commit_timestamp is not None:
             return int(info.in_commit_timestamp)
     return commit.modification_time
@@ -165,13 +164,13 @@ def _doomed_files(table: Table, plan: _Plan) -> tuple[list[str], list[str], list
         doomed_v2 = [f for files in doomed_checkpoints.values() for f in files if f.v2_format]
         kept_v2 = [f for v, files in layout.listing.checkpoints.items() if v not in doomed_checkpoints for f in files if f.v2_format]
         if doomed_v2:
-            orphaned = _core.sidecar_names(table.store, doomed_v2) - _core.sidecar_names(table.store, kept_v2)
+            orphaned = core.sidecar_names(table.store, doomed_v2) - core.sidecar_names(table.store, kept_v2)
             sidecar_files = [f.path for f in layout.sidecars if f.name in orphaned]
     return commit_files, checkpoint_files, sidecar_files
 
 
 @arguments.takes_table
-@_core.named_operation("expire")
+@core.named_operation("expire")
 def expire(
     table: Table,
     *,
@@ -227,14 +226,14 @@ def expire(
             if version not in layout.reconstructable:
                 log.warning("tagged version %d of %s is no longer reconstructable; keeping what is left of it", version, table.uri)
                 continue
-            _core.write_checkpoint(table.snapshot(version))
+            core.write_checkpoint(table.snapshot(version))
     if progress:
         progress("checkpoint", 0, 1)
     if needs_checkpoint:
         target = snapshot if snapshot.version == plan.new_earliest else table.snapshot(plan.new_earliest)
-        _core.write_checkpoint(target)
+        core.write_checkpoint(target)
     elif plan.new_earliest > 0:
-        _core.point_hint_at(table.store, plan.new_earliest)
+        core.point_hint_at(table.store, plan.new_earliest)
     if progress:
         progress("checkpoint", 1, 1)
 

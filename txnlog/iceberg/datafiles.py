@@ -56,10 +56,9 @@ from txnlog.file_facts import (
     stats_leaf,
     table_stats_type,
 )
-from txnlog.iceberg._errors import IcebergExportError
-from txnlog.log.actions import Metadata
-from txnlog.storage.base import LogStore
-from txnlog.storage.paths import locate
+from txnlog.iceberg.errors import IcebergExportError
+from txnlog.log import Metadata
+from txnlog.storage import LogStore, locate
 
 #: delta-spark's string stats prefix; a maximum this long may have been cut.
 STRING_PREFIX_LENGTH = 32

@@ -16,22 +16,36 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from txnlog import storage
 from txnlog.errors import operation_context
 from txnlog.file_facts import file_keys
-from txnlog.log import codec
-from txnlog.log.checkpoint_writer import CheckpointResult, _advance_hint, _existing
-from txnlog.log.deletion_vectors import dv_file_path
-from txnlog.log.file_actions import FILES_SCHEMA, concat, table_from_log_dicts
-from txnlog.log.filenames import LOG_DIR, SIDECAR_DIR, CheckpointFile
-from txnlog.log.last_checkpoint import LastCheckpointHint, read_hint
-from txnlog.log.replay import Commit, TableState, advance, read_commits, replay
-from txnlog.log.segment import CommitFile, LogListing, LogSegment, list_log
-from txnlog.storage import paths
-from txnlog.storage.base import LogStore
+from txnlog.log import (
+    FILES_SCHEMA,
+    LOG_DIR,
+    SIDECAR_DIR,
+    CheckpointFile,
+    CheckpointResult,
+    Commit,
+    CommitFile,
+    LastCheckpointHint,
+    LogListing,
+    LogSegment,
+    TableState,
+    advance,
+    advance_last_checkpoint,
+    dv_file_path,
+    existing_checkpoint,
+    list_log,
+    parse_lines,
+    read_commits,
+    read_hint,
+    replay,
+    table_from_log_dicts,
+)
+from txnlog.storage import LogStore
 
 if TYPE_CHECKING:
-    from txnlog.snapshot import Snapshot
-    from txnlog.table import Table
+    from txnlog import Snapshot, Table
 
 __all__ = [
     "CheckpointFile",
@@ -61,7 +75,7 @@ def locate(table_uri: str, path: str, *, version: int | None = None) -> str:
     """The store path (relative to the table root, not URI-encoded) of a file the log names, or
     UnsafePathError if it lies outside the root. Maintenance never follows a path out of the
     table, even for tables opened with ``allow_absolute_paths``: it deletes and re-adds files."""
-    location = paths.locate(table_uri, path, version=version)
+    location = storage.locate(table_uri, path, version=version)
     assert location.relative is not None  # without the opt-in, locate only answers inside the root
     return location.relative
 
@@ -113,9 +127,9 @@ def point_hint_at(store: LogStore, version: int) -> None:
     hint = read_hint(store)
     if hint is not None and hint.version >= version:
         return
-    existing = _existing(store, version)
+    existing = existing_checkpoint(store, version)
     if existing is not None:
-        _advance_hint(store, existing)
+        advance_last_checkpoint(store, existing)
 
 
 # --- states for validation, and files added by commits ----------------------------------------
@@ -148,7 +162,7 @@ def added_files(commits: Iterable[Commit]) -> pa.Table:
         bodies = [obj["add"] for obj in commit.actions if isinstance(obj.get("add"), Mapping)]
         if bodies:
             tables.append(table_from_log_dicts(bodies, "add"))
-    return concat(tables, FILES_SCHEMA)
+    return pa.concat_tables(tables) if tables else FILES_SCHEMA.empty_table()
 
 
 def sidecar_names(store: LogStore, files: list[CheckpointFile]) -> set[str]:
@@ -156,7 +170,7 @@ def sidecar_names(store: LogStore, files: list[CheckpointFile]) -> set[str]:
     names: set[str] = set()
     for part in files:
         if part.v2_format == "json":
-            for obj in codec.parse_lines(store.read(part.path), path=part.path, version=part.version):
+            for obj in parse_lines(store.read(part.path), path=part.path, version=part.version):
                 body: Any = obj.get("sidecar")
                 if isinstance(body, Mapping) and isinstance(body.get("path"), str):
                     names.add(body["path"])

@@ -27,14 +27,14 @@ from txnlog.errors import (
     TxnLogError,
     UnsafePathError,
 )
-from txnlog.log.filenames import LAST_CHECKPOINT
-from txnlog.maintenance import _core, arguments, tags
-from txnlog.maintenance._deletes import Progress
-from txnlog.maintenance._layout import LogLayout
-from txnlog.maintenance._vacuum import _hidden
+from txnlog.log import LAST_CHECKPOINT
+from txnlog.maintenance import arguments, core, tags
+from txnlog.maintenance.deletes import Progress
+from txnlog.maintenance.layout import LogLayout
+from txnlog.maintenance.vacuuming import _hidden
 
 if TYPE_CHECKING:
-    from txnlog.table import Table
+    from txnlog import Table
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def _gaps(layout: LogLayout, tagged: set[int]) -> list[Problem]:
                         "version-gap",
                         f"commit {v} is missing: versions {stranded[0]}..{stranded[-1]} still have commits but cannot be reconstructed",
                         v,
-                        f"{_core.LOG_DIR}/{v:020d}.json",
+                        f"{core.LOG_DIR}/{v:020d}.json",
                     )
                 )
             v = run_end + 1
@@ -110,7 +110,7 @@ def _gaps(layout: LogLayout, tagged: set[int]) -> list[Problem]:
     return problems
 
 
-def _compare(json_state: _core.TableState, cp_state: _core.TableState) -> list[str]:
+def _compare(json_state: core.TableState, cp_state: core.TableState) -> list[str]:
     differences = []
     if json_state.protocol != cp_state.protocol:
         differences.append("protocol")
@@ -136,16 +136,16 @@ def _compare(json_state: _core.TableState, cp_state: _core.TableState) -> list[s
 
 
 def _keyed(files: pa.Table) -> pa.Table:
-    t = pa.table({"key": _core.file_keys(files).cast(pa.string()), "size": files.column("size")})
+    t = pa.table({"key": core.file_keys(files).cast(pa.string()), "size": files.column("size")})
     return t.sort_by("key") if t.num_rows else t
 
 
-def _check_checkpoints(table: Table, layout: LogLayout, problems: list[Problem], checked: dict[str, int]) -> _core.TableState | None:
+def _check_checkpoints(table: Table, layout: LogLayout, problems: list[Problem], checked: dict[str, int]) -> core.TableState | None:
     """Walk the log oldest first, replaying JSON commits where they exist and comparing every
     checkpoint with that replay; returns the state at the latest version if one could be built."""
     store = table.store
     commits = layout.listing.commits
-    state: _core.TableState | None = None
+    state: core.TableState | None = None
     at = -1
     for c in sorted({*layout.checkpoint_versions, layout.latest}):
         json_state = None
@@ -153,9 +153,9 @@ def _check_checkpoints(table: Table, layout: LogLayout, problems: list[Problem],
             batch = [commits[v] for v in range(at + 1, c + 1)]
             try:
                 if state is None and at == -1:
-                    json_state = _core.json_state(store, batch, c)
+                    json_state = core.json_state(store, batch, c)
                 elif state is not None:
-                    json_state = _core.advance_state(state, _core.read_commit_files(store, batch), f"{table.uri} version {c}")
+                    json_state = core.advance_state(state, core.read_commit_files(store, batch), f"{table.uri} version {c}")
             except LogCorruptError as e:
                 problems.append(Problem("corrupt-log", str(e), e.version, e.path))
         files = layout.checkpoint(c)
@@ -163,7 +163,7 @@ def _check_checkpoints(table: Table, layout: LogLayout, problems: list[Problem],
         if files:
             checked["checkpoints"] += 1
             try:
-                cp_state = _core.checkpoint_state(store, files)
+                cp_state = core.checkpoint_state(store, files)
                 _check_checkpoint_files(store, files)
             except LogCorruptError as e:
                 cp_state = None
@@ -185,7 +185,7 @@ def _check_checkpoints(table: Table, layout: LogLayout, problems: list[Problem],
     return state if at == layout.latest else None
 
 
-def _check_checkpoint_files(store: Any, files: list[_core.CheckpointFile]) -> None:
+def _check_checkpoint_files(store: Any, files: list[core.CheckpointFile]) -> None:
     """The whole of each Parquet checkpoint decodes (replay reads only some columns)."""
     for part in files:
         if part.v2_format == "json":
@@ -232,8 +232,8 @@ def _added_at(table: Table, layout: LogLayout, paths: set[str]) -> dict[str, int
     found: dict[str, int] = {}
     versions = [v for v in sorted(layout.listing.commits, reverse=True) if v in layout.reconstructable]
     for start in range(0, len(versions), 500):
-        for commit in _core.read_commit_files(table.store, [layout.listing.commits[v] for v in versions[start : start + 500]]):
-            for p in _core.added_files([commit]).column("path").to_pylist():
+        for commit in core.read_commit_files(table.store, [layout.listing.commits[v] for v in versions[start : start + 500]]):
+            for p in core.added_files([commit]).column("path").to_pylist():
                 if p in paths and p not in found:
                     found[p] = commit.version
         if len(found) == len(paths):
@@ -241,14 +241,14 @@ def _added_at(table: Table, layout: LogLayout, paths: set[str]) -> dict[str, int
     return found
 
 
-def _check_files(table: Table, state: _core.TableState, layout: LogLayout, problems: list[Problem], checked: dict[str, int]) -> None:
+def _check_files(table: Table, state: core.TableState, layout: LogLayout, problems: list[Problem], checked: dict[str, int]) -> None:
     files = state.files
     on_disk = {f.path: f.size for f in table.store.walk_files("") if not _hidden(f.path, frozenset())}
     checked["files"] = files.num_rows
     bad: dict[str, tuple[str, str]] = {}
     for log_path, size in zip(files.column("path").to_pylist(), files.column("size").to_pylist()):
         try:
-            path = _core.locate(table.uri, log_path, version=state.version)
+            path = core.locate(table.uri, log_path, version=state.version)
         except UnsafePathError as e:
             problems.append(Problem("unsafe-path", str(e), state.version, log_path))
             continue
@@ -261,8 +261,8 @@ def _check_files(table: Table, state: _core.TableState, layout: LogLayout, probl
     if dv.null_count < len(dv):
         for log_path, storage, inline in zip(files.column("path").to_pylist(), dv.field("storage_type").to_pylist(), dv.field("path_or_inline_dv").to_pylist()):
             try:
-                dv_path = _core.dv_file_path(storage, inline)
-                if dv_path is not None and _core.locate(table.uri, dv_path, version=state.version) not in on_disk:
+                dv_path = core.dv_file_path(storage, inline)
+                if dv_path is not None and core.locate(table.uri, dv_path, version=state.version) not in on_disk:
                     bad.setdefault(log_path, ("missing-file", f"deletion vector file {dv_path} of {log_path} is missing"))
             except UnsafePathError as e:
                 problems.append(Problem("unsafe-path", str(e), state.version, log_path))
@@ -273,7 +273,7 @@ def _check_files(table: Table, state: _core.TableState, layout: LogLayout, probl
     tombstones = state.tombstones()
     for log_path in tombstones.column("path").to_pylist():
         try:
-            _core.locate(table.uri, log_path)
+            core.locate(table.uri, log_path)
         except UnsafePathError as e:
             problems.append(Problem("unsafe-path", str(e), None, log_path))
 
@@ -291,7 +291,7 @@ def validate(table: Table, *, progress: Progress | None = None) -> ValidationRep
     state = _check_checkpoints(table, layout, problems, checked)
     if state is None:
         try:
-            state = _core.state_of(table.snapshot())
+            state = core.state_of(table.snapshot())
         except TxnLogError as e:
             if not any(p.kind in ("version-gap", "corrupt-log", "corrupt-checkpoint") for p in problems):
                 problems.append(Problem("corrupt-log", str(e), getattr(e, "version", None), getattr(e, "path", None)))

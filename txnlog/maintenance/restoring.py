@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.errors import InvalidArgumentError, MissingFilesError, ObjectNotFoundError
-from txnlog.maintenance import _core, arguments
-from txnlog.maintenance._deletes import DEFAULT_WORKERS, Progress
+from txnlog.maintenance import arguments, core
+from txnlog.maintenance.deletes import DEFAULT_WORKERS, Progress
 
 if TYPE_CHECKING:
-    from txnlog.table import Table
+    from txnlog import Table
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def _size(files: pa.Table) -> int:
 
 
 @arguments.takes_table
-@_core.named_operation("restore")
+@core.named_operation("restore")
 def restore(
     table: Table,
     *,
@@ -95,11 +95,11 @@ def restore(
     with table.transaction("RESTORE", operation_parameters=parameters) as txn:
         current = txn.read_whole_table()
         wanted = target.files()
-        current_keys, wanted_keys = _core.file_keys(current), _core.file_keys(wanted)
+        current_keys, wanted_keys = core.file_keys(current), core.file_keys(wanted)
         to_add = wanted.filter(pc.invert(pc.is_in(wanted_keys, value_set=current_keys)))
         to_remove = current.filter(pc.invert(pc.is_in(current_keys, value_set=wanted_keys)))
-        paths = _core.referenced_paths(table.uri, to_add, version=target.version)
-        _core.referenced_paths(table.uri, to_remove, version=txn.read_version)
+        paths = core.referenced_paths(table.uri, to_add, version=target.version)
+        core.referenced_paths(table.uri, to_remove, version=txn.read_version)
         missing = _missing(table, paths, progress)
         if missing:
             shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
