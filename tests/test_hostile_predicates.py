@@ -140,7 +140,7 @@ def test_pruning_never_drops_a_matching_file(snapshot, terms, junction) -> None:
     """Where the parser answers, it is right: every file holding a matching row is kept."""
     predicate = f" {junction} ".join(f"{c} {op} {v}" for c, op, v in terms)
     kept = set(snapshot.files(predicate).column("path").to_pylist())
-    from txnlog.predicates import FilePredicate
+    from txnlog.expressions import FilePredicate
 
     row_filter = FilePredicate(predicate, snapshot.schema, snapshot.partition_columns).row_filter()
     import pyarrow.dataset as ds

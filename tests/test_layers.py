@@ -19,7 +19,7 @@ LAYERS = {
     "txnlog.storage": 1,
     "txnlog.file_facts": 2,
     "txnlog.log": 3,
-    "txnlog.predicates": 4,
+    "txnlog.expressions": 4,
     "txnlog.snapshot": 5,
     "txnlog.write": 6,
     "txnlog.txn": 7,

@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 import txnlog
 from txnlog.errors import InvalidPredicateError
+from txnlog.expressions import FilePredicate
+from txnlog.file_facts import physical_names
 from txnlog.log.file_actions import FILES_SCHEMA
-from txnlog.predicates import FilePredicate, physical_names
 from txnlog.schema import FIELD_METADATA_KEY
 
 UTC = dt.timezone.utc
@@ -557,14 +558,14 @@ def test_literals_are_cast_to_the_column_type() -> None:
         ("day = 'not a date'", "'day'"),
         ("day = TIMESTAMP '2020-01-01 10:00:00'", "time of day"),
         ("id = 300000000000000000000", "'id'"),
-        ("id + 1 > 2", "Add"),
-        ("upper(name) = 'A'", "Upper"),
-        ("id IN (SELECT 1)", "In"),
+        ("id + 1 > 2", "arithmetic"),
+        ("upper(name) = 'A'", "function call"),
+        ("id IN (SELECT 1)", "IN with a subquery"),
         ("name", "'name'"),
         ("id LIKE '1%'", "'id'"),
-        ("name LIKE 'a!%' ESCAPE '!'", "Escape"),
+        ("name LIKE 'a!%' ESCAPE '!'", "LIKE with ESCAPE"),
         ("id = ", "cannot parse"),
-        ("id = 1; id = 2", "Block"),
+        ("id = 1; id = 2", "more than one statement"),
         ("", "parse"),
         ("id < name", "'name'"),
         ("s = 1", "'s'"),

@@ -15,13 +15,13 @@ import pyarrow.compute as pc
 
 from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError, operation_context
+from txnlog.expressions import FilePredicate
 from txnlog.file_facts import physical_names
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
 from txnlog.log.features import check_readable
 from txnlog.log.replay import TableState, advance, read_commits, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
-from txnlog.predicates import FilePredicate
 from txnlog.storage.base import LogStore
 from txnlog.storage.paths import FileLocation, locate
 

@@ -25,11 +25,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
+from txnlog.expressions import FilePredicate
 from txnlog.file_facts import physical_names
 from txnlog.log.actions import AddFile
 from txnlog.log.codec import decode_action, encode_action
 from txnlog.log.file_actions import FILES_SCHEMA, table_from_log_dicts
-from txnlog.predicates import FilePredicate
 from txnlog.schema import arrow_to_delta_schema
 from txnlog.snapshot import Snapshot
 from txnlog.spark._common import SparkJobError, arrow_schema_of, decode_error, delta_schema_of, encode_error, require_dataframe

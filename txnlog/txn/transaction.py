@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from txnlog import properties as props
 from txnlog._version import __version__
 from txnlog.errors import ProtocolViolationError, TransactionError, UnsupportedFeatureError
+from txnlog.expressions import FilePredicate
 from txnlog.file_facts import file_keys, is_column_mapped, partition_fields
 from txnlog.log import codec
 from txnlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
@@ -39,7 +40,6 @@ from txnlog.log.file_actions import FILES_SCHEMA
 from txnlog.log.filenames import commit_path
 from txnlog.log.replay import Commit, TableState, advance, read_commits
 from txnlog.log.segment import list_log
-from txnlog.predicates import FilePredicate
 from txnlog.snapshot import Snapshot
 from txnlog.txn.committer import Committer
 from txnlog.txn.conflicts import TransactionFootprint
