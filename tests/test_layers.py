@@ -1,4 +1,4 @@
-"""The core's layers, enforced: storage -> file facts -> log -> predicates -> snapshot -> write
+"""The core's layers, enforced: storage -> file facts -> log -> expressions -> snapshot -> write
 -> txn -> table -> the package's public names -> engines. A module imports only from its own
 layer or below; no import circles; a lazy import (inside a function) only for an optional
 dependency, with a comment saying so."""

@@ -129,7 +129,6 @@ _MISSING_PART = {
 # Constructs a predicate cannot use, by sqlglot's name for them.
 _CONSTRUCTS = {
     "Block": "more than one statement",
-    "Alias": "an alias (AS)",
     "Escape": "LIKE with ESCAPE",
     "Star": "'*'",
     "Placeholder": "a parameter placeholder",
@@ -336,6 +335,9 @@ class _Parser:
             return self.build_is(e)
         if isinstance(e, (exp.Like, exp.ILike)):
             return self.build_like(e)
+        if isinstance(e, exp.Alias):  # sqlglot reads "a b" as "a AS b"
+            after = e.this.sql(dialect=_SQL.dialect)
+            raise self.error(f"cannot parse: has an unexpected {e.alias!r} after {after!r}")
         raise self.unsupported(e)
 
     def is_column(self, e: exp.Expression) -> bool:
