@@ -1,4 +1,4 @@
-"""The core's layers, enforced: storage -> file facts -> log -> table configuration -> predicates -> snapshot -> write
+"""The core's layers, enforced: storage -> file facts -> log -> table configuration -> expressions -> snapshot -> write
 -> txn -> table -> the package's public names -> engines. A module imports only from its own
 layer or below; no import circles; a lazy import (inside a function) only for an optional
 dependency, with a comment saying so. And the engine boundary: no module imports another
@@ -22,7 +22,7 @@ LAYERS: dict[str, float] = {
     "txnlog.file_facts": 2,
     "txnlog.log": 3,
     "txnlog.table_configuration": 3.5,
-    "txnlog.predicates": 4,
+    "txnlog.expressions": 4,
     "txnlog.snapshot": 5,
     "txnlog.write": 6,
     "txnlog.txn": 7,
@@ -192,8 +192,6 @@ SURFACES = (
     "txnlog.file_facts",
     "txnlog.table_configuration",
     "txnlog.expressions",
-    # Until txnlog.expressions replaces it.
-    "txnlog.predicates",
     "txnlog.storage",
     "txnlog.log",
     "txnlog.txn",

@@ -17,13 +17,13 @@ import pyarrow.compute as pc
 
 from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError, operation_context
+from txnlog.expressions import FilePredicate
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
 from txnlog.log.commits import read_commits
 from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.log.table_state import TableState
-from txnlog.predicates import FilePredicate
 from txnlog.storage.base import LogStore
 from txnlog.storage.location import TableLocation
 from txnlog.storage.paths import FileLocation

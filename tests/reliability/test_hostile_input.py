@@ -4,7 +4,7 @@ file, version or field, and the versions before the damage stay readable.
 Cases already covered elsewhere are not repeated here: corrupt/truncated JSON, missing fields and
 bad DV descriptors (tests/log/test_malformed.py), hints that are garbage or point at nothing
 (tests/log/test_segment.py::test_hint_is_only_a_hint), escaping paths
-(tests/storage/test_paths.py), predicates (tests/test_hostile_predicates.py), API arguments and
+(tests/storage/test_paths.py), predicates (tests/expressions/test_hostile.py), API arguments and
 history() of a missing table (tests/test_api_errors.py), removing a file that is not live
 (tests/txn/test_transaction_rules.py), unknown properties (tests/test_properties.py).
 """

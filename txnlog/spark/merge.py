@@ -120,7 +120,7 @@ def _qualified(node: Any) -> tuple[str | None, str | None]:
 
 
 def _sql_literal(value: Any) -> str | None:
-    """``value`` as a SQL literal txnlog.predicates reads exactly, or None (no pruning on it)."""
+    """``value`` as a SQL literal txnlog.expressions reads exactly, or None (no pruning on it)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):

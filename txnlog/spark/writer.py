@@ -25,8 +25,8 @@ from pyspark.sql import functions as F
 
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
+from txnlog.expressions import FilePredicate
 from txnlog.log import FILES_SCHEMA, decode_action, encode_action, table_from_log_dicts
-from txnlog.predicates import FilePredicate
 from txnlog.schema import arrow_to_delta_schema
 from txnlog.spark.common import (
     SPARK_FAILURES,

@@ -31,11 +31,11 @@ from txnlog.errors import (
     MetadataChangedError,
     ProtocolChangedError,
 )
+from txnlog.expressions import FilePredicate
 from txnlog.file_facts import file_keys
 from txnlog.log.actions import CommitInfo
 from txnlog.log.commits import Commit
 from txnlog.log.file_actions import FILES_SCHEMA, TOMBSTONES_SCHEMA, concat, table_from_log_dicts
-from txnlog.predicates import FilePredicate
 from txnlog.txn.isolation import IsolationLevel
 
 

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from txnlog import properties as props
 from txnlog._version import __version__
 from txnlog.errors import ProtocolViolationError, TransactionError, UnsupportedFeatureError
+from txnlog.expressions import FilePredicate
 from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
@@ -41,7 +42,6 @@ from txnlog.log.filenames import commit_path
 from txnlog.log.replay import advance
 from txnlog.log.segment import list_log
 from txnlog.log.table_state import TableState
-from txnlog.predicates import FilePredicate
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage.location import TableLocation
 from txnlog.table_configuration import TableConfiguration

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from txnlog import properties as props
 from txnlog.errors import ProtocolViolationError
-from txnlog.predicates import FilePredicate
+from txnlog.expressions import FilePredicate
 from txnlog.schema import delta_field_metadata
 
 

@@ -30,7 +30,7 @@ from txnlog.write.constraints import check_constraints, constraint_predicates
 from txnlog.write.parquet import as_reader, check_write_schema, write_data_files
 
 if TYPE_CHECKING:  # annotations only
-    from txnlog.predicates import FilePredicate
+    from txnlog.expressions import FilePredicate
     from txnlog.snapshot import Snapshot
 
 

@@ -1,16 +1,18 @@
-"""FilePredicate: SQL parsing, file skipping on partition values and stats, exact row filters.
+"""The stats visitor: file skipping on partition values and min/max/nullCount stats.
 
 Unit tests build FILES_SCHEMA tables by hand (stats JSON written with orjson). A hypothesis test
 writes random data into random "files" the way a Delta writer would (see ``_writer_stats``) and
-checks that skipping never drops a file holding a matching row. deltalake, the independent
-writer and reader, checks the end-to-end answer; the conformance corpus checks typed partitions.
+checks that skipping never drops a file holding a matching row (and that the row filter is exact).
+deltalake, the independent writer and reader, checks the end-to-end answer; the conformance corpus
+checks typed partitions.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import deltalake
 import orjson
@@ -22,73 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txnlog
-from txnlog.errors import InvalidPredicateError
-from txnlog.log.file_actions import FILES_SCHEMA
-from txnlog.predicates import FilePredicate, physical_names
+from txnlog.expressions import FilePredicate
+from txnlog.file_facts import physical_names
 from txnlog.schema import FIELD_METADATA_KEY
 
+from .helpers import BASIC, files_table, kept, matching_rows, pred, stats
+
 UTC = dt.timezone.utc
-
-# --- helpers -------------------------------------------------------------------------------------
-
-
-def files_table(entries: Sequence[tuple[Mapping[str, str | None], Any]]) -> pa.Table:
-    """A FILES_SCHEMA table: one (partition values, stats) per file, named f0, f1...
-
-    stats is a dict (dumped with orjson), a raw string, or None.
-    """
-    n = len(entries)
-    columns: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in FILES_SCHEMA}
-    columns["path"] = pa.array([f"f{i}" for i in range(n)])
-    columns["partition_values"] = pa.array([list(pv.items()) for pv, _ in entries], FILES_SCHEMA.field("partition_values").type)
-    columns["stats"] = pa.array(
-        [s if s is None or isinstance(s, str) else orjson.dumps(s).decode() for _, s in entries], pa.string()
-    )
-    return pa.table(columns, schema=FILES_SCHEMA)
-
-
-def kept(predicate: FilePredicate, files: pa.Table) -> list[str]:
-    return predicate.filter(files).column("path").to_pylist()
-
-
-def matching_rows(predicate: FilePredicate, data: pa.Table) -> list[int]:
-    """Indices of the rows where the predicate's row filter holds."""
-    indexed = data.append_column("__row", pa.array(range(data.num_rows), pa.int64()))
-    return indexed.filter(predicate.row_filter()).column("__row").to_pylist()
-
-
-def stats(num_records: int, minimum: Mapping[str, Any], maximum: Mapping[str, Any], nulls: Mapping[str, int]) -> dict[str, Any]:
-    return {"numRecords": num_records, "minValues": dict(minimum), "maxValues": dict(maximum), "nullCount": dict(nulls)}
-
-
-SCHEMA = pa.schema(
-    [
-        ("region", pa.string()),
-        ("id", pa.int64()),
-        ("name", pa.string()),
-        ("price", pa.float64()),
-        ("day", pa.date32()),
-        ("ts", pa.timestamp("us", tz="UTC")),
-        ("flag", pa.bool_()),
-        ("amount", pa.decimal128(10, 2)),
-        ("s", pa.struct([("a", pa.int64()), ("b", pa.string())])),
-    ]
-)
-
-
-def pred(sql: str, partition_columns: Sequence[str] = ("region",), schema: pa.Schema = SCHEMA, **kw: Any) -> FilePredicate:
-    return FilePredicate(sql, schema, partition_columns, **kw)
-
-
-# Three files: ids 1..5 in EU, 11..20 in US, and ids 8..12 in EU with every name NULL.
-BASIC = files_table(
-    [
-        ({"region": "EU"}, stats(5, {"id": 1, "name": "apple"}, {"id": 5, "name": "cherry"}, {"id": 0, "name": 1})),
-        ({"region": "US"}, stats(10, {"id": 11, "name": "kiwi"}, {"id": 20, "name": "plum"}, {"id": 0, "name": 0})),
-        ({"region": "EU"}, stats(5, {"id": 8}, {"id": 12}, {"id": 0, "name": 5})),
-    ]
-)
-
 
 # --- comparisons on stats and partitions --------------------------------------------------------
 
@@ -483,128 +425,6 @@ def test_snapshot_applies_column_mapping(conformance_dir: Path) -> None:
         sql = f"`{part_field.name.upper()}` = '{value}'"
         got = snap.files(sql).column("path").to_pylist()
         assert sorted(got) == sorted(p for p, v in zip(files.column("path").to_pylist(), values) if v == value)
-
-
-# --- building the predicate ------------------------------------------------------------------------
-
-
-def test_sql_columns_and_partition_only() -> None:
-    p = pred("REGION = 'EU' AND (`Id` > 10 OR \"name\" IS NULL)")
-    assert p.sql == "REGION = 'EU' AND (`Id` > 10 OR \"name\" IS NULL)"
-    assert p.columns == {"region", "id", "name"}
-    assert not p.matches_partition_only()
-    assert pred("region = 'EU' OR region IS NULL").matches_partition_only()
-    assert pred("id = 1", partition_columns=("region", "id")).matches_partition_only()
-
-
-def test_integer_columns_against_fractional_literals() -> None:
-    data = pa.table({"id": pa.array([1, 2, 3, None], pa.int64())})
-    schema = pa.schema([("id", pa.int64())])
-    cases = {
-        "id > 1.5": [1, 2],
-        "id >= 1.5": [1, 2],
-        "id < 2.5": [0, 1],
-        "id <= 2.5": [0, 1],
-        "id = 2.5": [],
-        "id <> 2.5": [0, 1, 2],
-        "NOT (id = 2.5)": [0, 1, 2],
-        "NOT (id > 1.5)": [0],
-        "id IN (1.5, 2)": [1],
-        "id NOT IN (1.5, 2)": [0, 2],
-        "id = 2.0": [1],
-        "id BETWEEN 1.2 AND 2.8": [1],
-    }
-    for sql, rows in cases.items():
-        assert matching_rows(FilePredicate(sql, schema, []), data) == rows, sql
-
-
-def test_literals_are_cast_to_the_column_type() -> None:
-    data = pa.table(
-        {
-            "i8": pa.array([1, -2], pa.int8()),
-            "day": pa.array([dt.date(2020, 1, 1), dt.date(2020, 1, 2)]),
-            "ts": pa.array([dt.datetime(2020, 1, 1, tzinfo=UTC), dt.datetime(2020, 1, 1, 1, tzinfo=UTC)], pa.timestamp("us", tz="UTC")),
-            "name": ["10", "it's"],
-            "bin": [b"\x0a", b"b"],
-        }
-    )
-    cases = {
-        "i8 = '1'": [0],
-        "i8 = -2": [1],
-        "i8 = CAST('1' AS TINYINT)": [0],
-        "day = '2020-01-02'": [1],
-        "day = DATE '2020-01-01'": [0],
-        "day = TIMESTAMP '2020-01-02 00:00:00'": [1],
-        "ts = DATE '2020-01-01'": [0],
-        "ts >= TIMESTAMP '2020-01-01 02:00:00+02:00'": [0, 1],
-        "ts > '2020-01-01 00:30:00'": [1],
-        "name = 10": [0],
-        "name = 'it\\'s'": [1],
-        "name = 'it' '\\'s'": [1],  # Spark joins adjacent string literals
-        "bin = X'0A'": [0],
-    }
-    for sql, rows in cases.items():
-        assert matching_rows(FilePredicate(sql, data.schema, []), data) == rows, sql
-
-
-@pytest.mark.parametrize(
-    "sql, mentions",
-    [
-        ("nope = 1", "'nope'"),
-        ("s.nope = 1", "'nope'"),
-        ("id.x = 1", "not a struct"),
-        ("id = 'abc'", "'id'"),
-        ("day = 'not a date'", "'day'"),
-        ("day = TIMESTAMP '2020-01-01 10:00:00'", "time of day"),
-        ("id = 300000000000000000000", "'id'"),
-        ("id + 1 > 2", "Add"),
-        ("upper(name) = 'A'", "Upper"),
-        ("id IN (SELECT 1)", "In"),
-        ("name", "'name'"),
-        ("id LIKE '1%'", "'id'"),
-        ("name LIKE 'a!%' ESCAPE '!'", "Escape"),
-        ("id = ", "cannot parse"),
-        ("id = 1; id = 2", "Block"),
-        ("", "parse"),
-        ("id < name", "'name'"),
-        ("s = 1", "'s'"),
-        ("id = 1.5e400", "'id'"),
-    ],
-)
-def test_invalid_predicates(sql: str, mentions: str) -> None:
-    with pytest.raises(InvalidPredicateError) as info:
-        pred(sql)
-    assert info.value.predicate == sql
-    assert repr(sql) in str(info.value)
-    assert mentions in str(info.value)
-    assert isinstance(info.value, txnlog.TxnLogError)
-
-
-def test_unknown_partition_column_is_an_error() -> None:
-    with pytest.raises(InvalidPredicateError, match="partition column 'zone'"):
-        pred("id = 1", partition_columns=("zone",))
-
-
-def test_row_filter_follows_sql_null_semantics() -> None:
-    data = pa.table({"region": ["EU", None, "US", None], "id": pa.array([1, 2, None, None], pa.int64())})
-    schema = data.schema
-    cases = {
-        "region = 'EU' OR id = 2": [0, 1],  # TRUE OR NULL is TRUE
-        "region = 'EU' AND id = 1": [0],
-        "NOT (region = 'EU')": [2],
-        "region <> 'EU' OR id > 0": [0, 1, 2],
-        "NOT (region = 'EU' AND id = 1)": [1, 2],  # row 1: NULL AND FALSE is FALSE; row 3: NULL
-        "region IS NULL AND id IS NULL": [3],
-        "id NOT IN (1)": [1],
-        "region NOT LIKE 'E%'": [2],
-        "region = region": [0, 2],  # column against column
-        "region <> region": [],
-    }
-    for sql, rows in cases.items():
-        p = FilePredicate(sql, schema, [])
-        assert matching_rows(p, data) == rows, sql
-        # Never NULL, so its negation selects exactly the rows a DELETE keeps.
-        assert data.filter(~p.row_filter()).num_rows == 4 - len(rows), sql
 
 
 # --- the property: never drop a file that holds a matching row -------------------------------------

@@ -1,0 +1,100 @@
+"""Boolean expressions over a table's columns: the tree, SQL parsing, and their evaluation on file
+stats (skipping) and on rows (filtering).
+
+- :mod:`~txnlog.expressions.tree`: immutable nodes in negation normal form and the constructors
+  another translator (Spark's pushed filters) builds them with: ``and_(equal("region", "EU"),
+  greater_than(column("s", "a"), 10))``.
+- :mod:`~txnlog.expressions.parser`: SQL text to a tree (sqlglot, loaded on first use).
+- :mod:`~txnlog.expressions.binding`: a tree resolved against a schema (types, physical names).
+- :mod:`~txnlog.expressions.stats`: may a file hold a matching row (partition values, min/max/nullCount).
+- :mod:`~txnlog.expressions.rows`: the Arrow expression true exactly on the matching rows.
+- :class:`FilePredicate`: all of it for one table, parsed and bound once.
+"""
+
+from txnlog.expressions.binding import MAX_PREDICATE_TERMS, BoundExpression, bind
+from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse
+from txnlog.expressions.predicate import FilePredicate
+from txnlog.expressions.rows import row_filter
+from txnlog.expressions.stats import may_match
+from txnlog.expressions.tree import (
+    ALWAYS_FALSE,
+    ALWAYS_TRUE,
+    And,
+    ColumnComparison,
+    Comparison,
+    Constant,
+    Expression,
+    In,
+    IsNull,
+    Like,
+    Or,
+    Reference,
+    and_,
+    column,
+    compare,
+    conjunction,
+    contains,
+    ends_with,
+    equal,
+    equal_null_safe,
+    greater_than,
+    greater_than_or_equal,
+    is_in,
+    is_not_null,
+    is_null,
+    less_than,
+    less_than_or_equal,
+    like,
+    literal,
+    not_,
+    not_equal,
+    not_in,
+    or_,
+    starts_with,
+)
+
+__all__ = [
+    "ALWAYS_FALSE",
+    "ALWAYS_TRUE",
+    "MAX_PREDICATE_NESTING",
+    "MAX_PREDICATE_TERMS",
+    "MAX_PREDICATE_TOKENS",
+    "And",
+    "BoundExpression",
+    "ColumnComparison",
+    "Comparison",
+    "Constant",
+    "Expression",
+    "FilePredicate",
+    "In",
+    "IsNull",
+    "Like",
+    "Or",
+    "Reference",
+    "and_",
+    "bind",
+    "column",
+    "compare",
+    "conjunction",
+    "contains",
+    "ends_with",
+    "equal",
+    "equal_null_safe",
+    "greater_than",
+    "greater_than_or_equal",
+    "is_in",
+    "is_not_null",
+    "is_null",
+    "less_than",
+    "less_than_or_equal",
+    "like",
+    "literal",
+    "may_match",
+    "not_",
+    "not_equal",
+    "not_in",
+    "or_",
+    "parse",
+    "row_filter",
+    "starts_with",
+]

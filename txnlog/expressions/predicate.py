@@ -1,0 +1,90 @@
+"""FilePredicate: a predicate parsed (or built) once and bound to one table's schema, answering
+the two questions the core asks of it: may a file hold a matching row, which rows match."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from txnlog.errors import InvalidPredicateError
+from txnlog.expressions.binding import BoundExpression, bind, bound_columns
+from txnlog.expressions.parser import parse
+from txnlog.expressions.rows import evaluate, row_filter
+from txnlog.expressions.stats import may_match
+from txnlog.expressions.tree import Expression
+
+
+class FilePredicate:
+    """A boolean expression over a table's columns: SQL text such as ``"region = 'EU' AND id > 10"``
+    or a tree built with :mod:`txnlog.expressions`' constructors.
+
+    Column names resolve case-insensitively against ``schema``; struct fields as ``s.a``. With
+    column mapping, ``physical_names`` maps each top-level column to the name partition values and
+    stats use (nested physical names come from the fields' Delta metadata).
+    """
+
+    def __init__(
+        self,
+        predicate: str | Expression,
+        schema: pa.Schema,
+        partition_columns: Sequence[str],
+        physical_names: Mapping[str, str] | None = None,
+    ) -> None:
+        text = predicate if isinstance(predicate, str) else str(predicate)
+        self.sql = text
+        self.schema = schema
+        self._column_mapping = physical_names is not None
+        by_lower = {f.name.lower(): f.name for f in schema}
+        partitions = []
+        for name in partition_columns:
+            if name.lower() not in by_lower:
+                raise InvalidPredicateError(
+                    f"partition column '{name}' is not in the table schema ({', '.join(schema.names)})", predicate=text
+                )
+            partitions.append(by_lower[name.lower()])
+        self.partition_columns = tuple(partitions)
+        self.expression: Expression = parse(predicate) if isinstance(predicate, str) else predicate
+        self.bound: BoundExpression = bind(self.expression, schema, physical_names=physical_names, text=text)
+        self.columns: frozenset[str] = frozenset(c.name for c in bound_columns(self.bound))
+        self._check_evaluable()
+
+    def __repr__(self) -> str:
+        return f"FilePredicate({self.sql!r})"
+
+    def matches_partition_only(self) -> bool:
+        """True when every referenced column is a partition column (so skipping is exact)."""
+        return self.columns <= set(self.partition_columns)
+
+    def row_filter(self, *, physical: bool = False) -> pc.Expression:
+        """An expression true exactly where the predicate is TRUE, false elsewhere (never null).
+
+        ``~row_filter()`` therefore selects the rows a DELETE keeps. Field references use the
+        logical names, or the physical ones (as in data files under column mapping) when asked.
+        """
+        return row_filter(self.bound, physical=physical)
+
+    def may_match(self, files: pa.Table) -> pa.BooleanArray:
+        """Per file: False only where the file provably has no row on which the predicate is TRUE."""
+        return may_match(
+            self.bound, files, schema=self.schema, partition_columns=self.partition_columns,
+            column_mapping=self._column_mapping, text=self.sql,
+        )
+
+    def filter(self, files: pa.Table) -> pa.Table:
+        """The files that may hold matching rows."""
+        return files.filter(self.may_match(files))
+
+    def _check_evaluable(self) -> None:
+        """Evaluate the row filter on one null row, so type errors surface here, not in a scan."""
+        empty = pa.table({f.name: pa.nulls(1, f.type) for f in self.schema}, schema=self.schema)
+        try:
+            evaluate(self.row_filter(), empty)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise InvalidPredicateError(
+                f"predicate {self.sql!r} cannot be evaluated on the table's columns: {e}", predicate=self.sql
+            ) from None
+
+
+__all__ = ["FilePredicate"]
