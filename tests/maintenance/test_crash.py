@@ -47,9 +47,8 @@ class KillAtStep:
 
 
 def _child(uri: str, kill_at: int | None, workers: int, out: Any) -> None:
-    table = txnlog.Table(uri)
     counter = [0]
-    table.store = KillAtStep(table.store, kill_at, counter)  # type: ignore[assignment]
+    table = txnlog.Table(uri, store=KillAtStep(txnlog.Table(uri).store, kill_at, counter))  # type: ignore[arg-type]
     result = expire(table, retain_min=3, limit=100, max_workers=workers)
     out.put((counter[0], result.earliest_after))
 

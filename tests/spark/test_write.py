@@ -305,6 +305,7 @@ def test_an_empty_append_commits_nothing_and_an_empty_overwrite_removes_the_rows
 
 
 def test_the_driver_checks_the_schema_without_opening_the_store(spark: Any, tmp_path: Path) -> None:
+    from txnlog.log.actions import Metadata
     from txnlog.schema import arrow_to_delta_schema
     from txnlog.spark.writer import check_schema
 
@@ -312,9 +313,9 @@ def test_the_driver_checks_the_schema_without_opening_the_store(spark: Any, tmp_
     good = spark.createDataFrame([(1, "a")], "id long, name string")
     bad = spark.createDataFrame([(1, 2)], "id long, extra long")
     # A store that cannot even be opened: the check does not need one.
-    check_schema(good, txnlog.WriteContext("nosuch://bucket/t", schema_string))
+    check_schema(good, txnlog.WriteContext.for_metadata("nosuch://bucket/t", Metadata("id", schema_string)))
     # The error is the one a write raises.
-    ctx = txnlog.WriteContext(str(tmp_path / "t"), schema_string)
+    ctx = txnlog.WriteContext.for_metadata(str(tmp_path / "t"), Metadata("id", schema_string))
     with pytest.raises(SchemaError, match="'extra'") as info:
         check_schema(bad, ctx)
     with pytest.raises(SchemaError) as written:

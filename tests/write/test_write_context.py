@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 import txnlog
 from txnlog import Table, WriteContext
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, ProtocolViolationError, SchemaError, TxnLogError
+from txnlog.log.actions import Metadata
 from txnlog.log.file_actions import FILES_SCHEMA
 from txnlog.schema import arrow_to_delta_schema
 
@@ -96,7 +97,7 @@ _REQUIRED = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.stri
 
 
 def _context(schema: pa.Schema, partition_columns: tuple[str, ...] = (), uri: str = "memory://unused/t", **configuration: str) -> WriteContext:
-    return WriteContext(uri, arrow_to_delta_schema(schema), partition_columns, configuration)
+    return WriteContext.for_metadata(uri, Metadata("id", arrow_to_delta_schema(schema), partition_columns, configuration))
 
 
 # (case, context, data schema): each a schema error a write raises before its first row.
