@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import txnlog
+from txnlog import maintenance
 from txnlog.errors import FileAlreadyExistsError, ObjectNotFoundError
 from txnlog.storage import LogStore
 
@@ -220,6 +222,29 @@ def check_parquet_roundtrip(store: LogStore) -> None:
         assert pq.read_table(f).equals(table)
 
 
+def check_object_deleted_after_open(store: LogStore) -> None:
+    """A log expiry may delete a checkpoint between a reader's open and its reads: a read that
+    then finds the object gone raises ObjectNotFoundError (never the backend's own error), as
+    open_input and read do for an object that is not there at all."""
+    table = pa.table({"id": list(range(60_000))})
+    data = pa.BufferOutputStream()
+    pq.write_table(table, data, row_group_size=20_000)
+    store.put("gone.parquet", data.getvalue().to_pybytes())
+    parquet = pq.ParquetFile(store.open_input("gone.parquet"))  # reads the footer, at the end
+    store.delete("gone.parquet")
+    try:
+        # Row group 0 is at the start: an object store fetches it now, a local file still has it.
+        first = parquet.read_row_group(0)
+    except ObjectNotFoundError as e:
+        assert e.path == "gone.parquet"
+    else:
+        assert first.equals(table.slice(0, 20_000))
+    with pytest.raises(ObjectNotFoundError):
+        store.open_input("gone.parquet")
+    with pytest.raises(ObjectNotFoundError):
+        store.read("gone.parquet")
+
+
 CONTRACT_CHECKS = [
     check_put_if_absent_twice,
     check_threads_race_one_winner,
@@ -229,9 +254,120 @@ CONTRACT_CHECKS = [
     check_delete_is_idempotent,
     check_walk_files,
     check_parquet_roundtrip,
+    check_object_deleted_after_open,
 ]
+
+
+# --- a log expiry racing the readers of a table, on every store ---------------------------
+#
+# A test that takes the ``expiry_race`` argument runs once per race below, each given the URI of
+# a new table on the test's store and the storage options to open it with. The expiry deletes a
+# checkpoint a moment after a reader opened it, before the reader reads it: what the load run on
+# S3 met as vacuums failing with "checkpoint ... is unreadable: The specified key does not exist".
+
+RACE_SCHEMA = pa.schema([("id", pa.int64())])
+
+
+def _table_with_a_checkpoint(uri: str, options: dict[str, Any] | None) -> txnlog.Table:
+    """Version 5 of a table: ids 2, 3, 4 live, id 1 deleted at version 3, checkpointed at 3."""
+    table = txnlog.Table.create(uri, RACE_SCHEMA, storage_options=options)
+    for i in (1, 2):
+        table.append(pa.table({"id": [i]}, schema=RACE_SCHEMA))
+    with table.transaction(operation="DELETE") as txn:
+        txn.remove_files(txn.filter_files("id = 1"))
+    maintenance.checkpoint(table)
+    for i in (3, 4):
+        table.append(pa.table({"id": [i]}, schema=RACE_SCHEMA))
+    return table
+
+
+def _expire_when_opened(table: txnlog.Table, options: dict[str, Any] | None, *, skip: int = 0) -> list[str]:
+    """Make ``table``'s store run a log expiry (on a store of its own, keeping version 5 only)
+    right after it opens a checkpoint, once, after ``skip`` such opens: the checkpoint it opened
+    is deleted before it reads it. Returns the paths it fired on (fault injection of a race)."""
+    store = table.store
+    open_input = store.open_input
+    fired: list[str] = []
+    seen = [0]
+
+    def open_then_expire(path: str) -> Any:
+        stream = open_input(path)
+        if ".checkpoint." in path and not fired:
+            seen[0] += 1
+            if seen[0] > skip:
+                fired.append(path)
+                maintenance.expire(txnlog.Table(table.uri, options), retain_min=1, older_than=0)
+        return stream
+
+    store.open_input = open_then_expire  # type: ignore[method-assign]
+    return fired
+
+
+def _live_ids(table: txnlog.Table) -> list[int]:
+    snap = table.snapshot()
+    fs, root = snap.store.arrow_filesystem()
+    paths = [f"{root}/{snap.locate(p).relative}" for p in snap.files(stats=False).column("path").to_pylist()]
+    return sorted(pq.ParquetDataset(paths, filesystem=fs).read(columns=["id"]).column("id").to_pylist())
+
+
+def race_fresh_snapshot(uri: str, options: dict[str, Any] | None) -> None:
+    """A new reader opens the newest checkpoint, expiry deletes it and the commits before the
+    next one: the reader lists the log again and reads from that one."""
+    _table_with_a_checkpoint(uri, options)
+    table = txnlog.Table(uri, options)
+    fired = _expire_when_opened(table, options)
+    snap = table.snapshot()
+    assert fired == ["_delta_log/00000000000000000003.checkpoint.parquet"]
+    assert snap.version == 5 and snap.num_files == 3
+    assert snap.files().column("stats").null_count == 0
+    assert snap.tombstones().num_rows == 1
+    assert _live_ids(table) == [2, 3, 4]
+
+
+def race_deferred_reads(uri: str, options: dict[str, Any] | None) -> None:
+    """A snapshot leaves stats and tombstones in its checkpoint; expiry deletes that checkpoint
+    as the snapshot opens it again to read them: it rebuilds its version from the log as it is."""
+    _table_with_a_checkpoint(uri, options)
+    table = txnlog.Table(uri, options)
+    fired = _expire_when_opened(table, options, skip=1)
+    snap = table.snapshot()
+    assert snap.state.pending_stats is not None and not fired
+    assert snap.tombstones().num_rows == 1
+    assert fired == ["_delta_log/00000000000000000003.checkpoint.parquet"]
+    assert snap.files().column("stats").null_count == 0 and snap.num_files == 3
+
+
+def race_vacuum(uri: str, options: dict[str, Any] | None) -> None:
+    """Vacuum, as the load run's: the log it starts to read expires under it."""
+    table = _table_with_a_checkpoint(uri, options)
+    live = set(table.snapshot().files(stats=False).column("path").to_pylist())
+    removed = set(table.snapshot().tombstones().column("path").to_pylist())  # id 1's file
+    racing = txnlog.Table(uri, options)
+    fired = _expire_when_opened(racing, options)
+    result = maintenance.vacuum(racing, retention=0, force=True)
+    assert fired and len(removed) == 1
+    assert set(result.files) == removed and result.end_version is not None
+    assert set(table.snapshot().files(stats=False).column("path").to_pylist()) == live
+    assert _live_ids(table) == [2, 3, 4]
+
+
+def race_checkpoint(uri: str, options: dict[str, Any] | None) -> None:
+    """A checkpoint streams the previous one, which expiry deletes as it opens it: it lists the
+    log again and finds the version checkpointed."""
+    _table_with_a_checkpoint(uri, options)
+    table = txnlog.Table(uri, options)
+    fired = _expire_when_opened(table, options)
+    result = maintenance.checkpoint(table)
+    assert fired == ["_delta_log/00000000000000000003.checkpoint.parquet"]
+    assert result.version == 5
+    assert txnlog.Table(uri, options).snapshot().num_files == 3
+
+
+EXPIRY_RACES = [race_fresh_snapshot, race_deferred_reads, race_vacuum, race_checkpoint]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "contract_check" in metafunc.fixturenames:
         metafunc.parametrize("contract_check", CONTRACT_CHECKS, ids=[c.__name__[6:] for c in CONTRACT_CHECKS])
+    if "expiry_race" in metafunc.fixturenames:
+        metafunc.parametrize("expiry_race", EXPIRY_RACES, ids=[c.__name__[5:] for c in EXPIRY_RACES])
