@@ -23,7 +23,7 @@ import pytest
 
 import txnlog
 from txnlog import maintenance
-from txnlog.errors import FileAlreadyExistsError, ObjectNotFoundError
+from txnlog.errors import FileAlreadyExistsError, ObjectNotFoundError, VersionNotFoundError
 from txnlog.storage import LogStore
 
 
@@ -266,10 +266,12 @@ CONTRACT_CHECKS = [
 # S3 met as vacuums failing with "checkpoint ... is unreadable: The specified key does not exist".
 
 RACE_SCHEMA = pa.schema([("id", pa.int64())])
+CHECKPOINT_3 = "_delta_log/00000000000000000003.checkpoint.parquet"
 
 
 def _table_with_a_checkpoint(uri: str, options: dict[str, Any] | None) -> txnlog.Table:
-    """Version 5 of a table: ids 2, 3, 4 live, id 1 deleted at version 3, checkpointed at 3."""
+    """Versions 3 to 5 of a table (ids 2, 3, 4 live, id 1 deleted at version 3), the earliest
+    checkpointed and its commits expired: as a log a checkpointer and an expirer keep."""
     table = txnlog.Table.create(uri, RACE_SCHEMA, storage_options=options)
     for i in (1, 2):
         table.append(pa.table({"id": [i]}, schema=RACE_SCHEMA))
@@ -278,23 +280,25 @@ def _table_with_a_checkpoint(uri: str, options: dict[str, Any] | None) -> txnlog
     maintenance.checkpoint(table)
     for i in (3, 4):
         table.append(pa.table({"id": [i]}, schema=RACE_SCHEMA))
+    assert maintenance.expire(table, retain_min=3, older_than=0).earliest_after == 3
     return table
 
 
 def _expire_when_opened(table: txnlog.Table, options: dict[str, Any] | None, *, skip: int = 0) -> list[str]:
-    """Make ``table``'s store run a log expiry (on a store of its own, keeping version 5 only)
-    right after it opens a checkpoint, once, after ``skip`` such opens: the checkpoint it opened
-    is deleted before it reads it. Returns the paths it fired on (fault injection of a race)."""
+    """Make ``table``'s store run a log expiry (on a store of its own, keeping version 5 only:
+    a checkpoint written there, commits 3 and 4 and checkpoint 3 deleted) right after it opens a
+    checkpoint, once, after ``skip`` such opens: the checkpoint it opened is deleted before it
+    reads it. Returns the paths it fired on (fault injection of a race)."""
     store = table.store
     open_input = store.open_input
     fired: list[str] = []
-    seen = [0]
+    opened = [0]
 
     def open_then_expire(path: str) -> Any:
         stream = open_input(path)
         if ".checkpoint." in path and not fired:
-            seen[0] += 1
-            if seen[0] > skip:
+            opened[0] += 1
+            if opened[0] > skip:
                 fired.append(path)
                 maintenance.expire(txnlog.Table(table.uri, options), retain_min=1, older_than=0)
         return stream
@@ -311,17 +315,33 @@ def _live_ids(table: txnlog.Table) -> list[int]:
 
 
 def race_fresh_snapshot(uri: str, options: dict[str, Any] | None) -> None:
-    """A new reader opens the newest checkpoint, expiry deletes it and the commits before the
-    next one: the reader lists the log again and reads from that one."""
+    """A new reader opens the newest checkpoint, expiry deletes it and the commits after it:
+    the reader lists the log again and reads from the new one."""
     _table_with_a_checkpoint(uri, options)
     table = txnlog.Table(uri, options)
     fired = _expire_when_opened(table, options)
     snap = table.snapshot()
-    assert fired == ["_delta_log/00000000000000000003.checkpoint.parquet"]
+    assert fired == [CHECKPOINT_3]
     assert snap.version == 5 and snap.num_files == 3
     assert snap.files().column("stats").null_count == 0
     assert snap.tombstones().num_rows == 1
     assert _live_ids(table) == [2, 3, 4]
+
+
+def race_old_version(uri: str, options: dict[str, Any] | None) -> None:
+    """A reader of the earliest version (as vacuum reads it) whose checkpoint expires under it:
+    the version is gone, which the reader says, and no checkpoint is called corrupt. (A store
+    that keeps serving an open file, as a local disk does, may still read it whole.)"""
+    _table_with_a_checkpoint(uri, options)
+    table = txnlog.Table(uri, options)
+    fired = _expire_when_opened(table, options)
+    try:
+        snap = table.snapshot(3)
+    except VersionNotFoundError as e:
+        assert e.version == 3
+    else:
+        assert snap.version == 3 and snap.num_files == 1
+    assert fired == [CHECKPOINT_3]
 
 
 def race_deferred_reads(uri: str, options: dict[str, Any] | None) -> None:
@@ -333,22 +353,24 @@ def race_deferred_reads(uri: str, options: dict[str, Any] | None) -> None:
     snap = table.snapshot()
     assert snap.state.pending_stats is not None and not fired
     assert snap.tombstones().num_rows == 1
-    assert fired == ["_delta_log/00000000000000000003.checkpoint.parquet"]
+    assert fired == [CHECKPOINT_3]
     assert snap.files().column("stats").null_count == 0 and snap.num_files == 3
 
 
 def race_vacuum(uri: str, options: dict[str, Any] | None) -> None:
-    """Vacuum, as the load run's: the log it starts to read expires under it."""
-    table = _table_with_a_checkpoint(uri, options)
-    live = set(table.snapshot().files(stats=False).column("path").to_pylist())
-    removed = set(table.snapshot().tombstones().column("path").to_pylist())  # id 1's file
-    racing = txnlog.Table(uri, options)
-    fired = _expire_when_opened(racing, options)
-    result = maintenance.vacuum(racing, retention=0, force=True)
-    assert fired and len(removed) == 1
-    assert set(result.files) == removed and result.end_version is not None
-    assert set(table.snapshot().files(stats=False).column("path").to_pylist()) == live
-    assert _live_ids(table) == [2, 3, 4]
+    """Vacuum, as the load run's, with the log expiring under the 1st, 2nd or 3rd checkpoint it
+    opens (today: for the latest version, for the earliest, for the latest's tombstones)."""
+    for skip in range(3):
+        table = _table_with_a_checkpoint(f"{uri}-{skip}", options)
+        live = set(table.snapshot().files(stats=False).column("path").to_pylist())
+        removed = set(table.snapshot().tombstones().column("path").to_pylist())  # id 1's file
+        racing = txnlog.Table(table.uri, options)
+        fired = _expire_when_opened(racing, options, skip=skip)
+        result = maintenance.vacuum(racing, retention=0, force=True)
+        assert fired == [CHECKPOINT_3] and len(removed) == 1
+        assert set(result.files) == removed and result.end_version is not None
+        assert set(table.snapshot().files(stats=False).column("path").to_pylist()) == live
+        assert _live_ids(table) == [2, 3, 4]
 
 
 def race_checkpoint(uri: str, options: dict[str, Any] | None) -> None:
@@ -358,12 +380,12 @@ def race_checkpoint(uri: str, options: dict[str, Any] | None) -> None:
     table = txnlog.Table(uri, options)
     fired = _expire_when_opened(table, options)
     result = maintenance.checkpoint(table)
-    assert fired == ["_delta_log/00000000000000000003.checkpoint.parquet"]
+    assert fired == [CHECKPOINT_3]
     assert result.version == 5
     assert txnlog.Table(uri, options).snapshot().num_files == 3
 
 
-EXPIRY_RACES = [race_fresh_snapshot, race_deferred_reads, race_vacuum, race_checkpoint]
+EXPIRY_RACES = [race_fresh_snapshot, race_old_version, race_deferred_reads, race_vacuum, race_checkpoint]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
