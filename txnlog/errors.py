@@ -138,7 +138,15 @@ class VersionGapError(LogCorruptError):
 
 
 class CorruptCheckpointError(LogCorruptError):
-    """A checkpoint file cannot be read or does not match the protocol's layout."""
+    """A checkpoint file cannot be read or does not match the protocol's layout.
+
+    ``vanished``: the file was not there when read, though the log listed it a moment before
+    (a concurrent log expiry deleted it): nothing is damaged, and listing the log again reads
+    around it."""
+
+    def __init__(self, message: str, *, path: str | None = None, version: int | None = None, vanished: bool = False) -> None:
+        super().__init__(message, path=path, version=version)
+        self.vanished = vanished
 
 
 class UnsafePathError(TxnLogError):

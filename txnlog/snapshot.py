@@ -56,7 +56,7 @@ def load_state(store: LogStore, version: int | None = None) -> TableState:
             segment = build_segment(store, version, skip_checkpoints=frozenset(skipped))
             return replay(store, segment)
         except TxnLogError as e:
-            vanished = vanished or isinstance(e, ObjectNotFoundError) or isinstance(e.__cause__, ObjectNotFoundError)
+            vanished = vanished or _vanished(e)
             retry_checkpoint = isinstance(e, CorruptCheckpointError) and segment is not None and segment.checkpoint
             if not retry_checkpoint:
                 if vanished and relists < _RELISTS:
@@ -76,6 +76,13 @@ def load_state(store: LogStore, version: int | None = None) -> TableState:
                 "%s: the checkpoint at version %d is unreadable (%s); rebuilding version %s without it",
                 store.root_uri, segment.checkpoint[0].version, e, "latest" if version is None else version,
             )
+
+
+def _vanished(error: TxnLogError) -> bool:
+    """Whether ``error`` says a log file listed a moment ago was gone when read."""
+    if isinstance(error, CorruptCheckpointError):
+        return error.vanished
+    return isinstance(error, ObjectNotFoundError) or isinstance(error.__cause__, ObjectNotFoundError)
 
 
 class Snapshot:
@@ -177,14 +184,19 @@ class Snapshot:
         return matched if stats else matched.drop_columns(["stats"])
 
     def _rebuilt_if_checkpoint_gone(self, read: Callable[[], T], what: str) -> T:
-        try:
-            return read()
-        except CorruptCheckpointError as e:
-            # The state reads tombstones and stats lazily from the checkpoint it was built on,
-            # which log expiry may have deleted since: rebuild this version from the log as it is.
-            log.warning("%s: rebuilding version %d to %s (%s)", self.uri, self.version, what, e)
-            self._state = load_state(self.store, self.version)
-            return read()
+        rebuilds = 0
+        while True:
+            try:
+                return read()
+            except CorruptCheckpointError as e:
+                # The state reads tombstones and stats lazily from the checkpoint it was built on,
+                # which log expiry may have deleted since: rebuild this version from the log as it
+                # is. On a busy table the next checkpoint may go too before it is read.
+                if rebuilds and not (e.vanished and rebuilds < _RELISTS):
+                    raise
+                rebuilds += 1
+                log.warning("%s: rebuilding version %d to %s (%s)", self.uri, self.version, what, e)
+                self._state = load_state(self.store, self.version)
 
     def locate(self, path: str) -> FileLocation:
         """Where the data file ``path`` (an ``add.path`` of this snapshot) is; raises

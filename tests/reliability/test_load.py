@@ -77,6 +77,7 @@ def test_load_4_txnlog_and_2_deltalake_writers(tmp_path: Path) -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(3600)  # 2000 commits through one moto process: over 600 s on 2 shared cores
 def test_load_4_writers_on_s3(s3: dict[str, str]) -> None:
     uri = new_bucket(s3, f"load-{uuid.uuid4().hex[:12]}")
     result = run_load(LoadConfig(uri=uri, storage_options=s3, txnlog_writers=4, commits=500))

@@ -71,6 +71,10 @@ def test_contract(azure_store: azure.AzureLogStore, contract_check: Callable[...
     contract_check(azure_store)
 
 
+def test_expiry_races(azurite: int, container: str, expiry_race: Callable[..., None]) -> None:
+    expiry_race(f"az://{container}/tables/racing", {"AZURE_STORAGE_CONNECTION_STRING": _connection_string(azurite)})
+
+
 def test_identical_bytes_already_there_is_ambiguous(azure_store: azure.AzureLogStore) -> None:
     azure_store.put_if_absent(V0, b"same")
     with pytest.raises(AmbiguousWriteError):

@@ -66,6 +66,10 @@ def test_contract(gcs_store: gcs.GcsLogStore, contract_check: Callable[..., None
     contract_check(gcs_store)
 
 
+def test_expiry_races(gcs_bucket: str, gcs_options: dict[str, Any], expiry_race: Callable[..., None]) -> None:
+    expiry_race(f"{gcs_bucket}/tables/racing", gcs_options)
+
+
 def test_identical_bytes_already_there_is_ambiguous(gcs_store: gcs.GcsLogStore) -> None:
     gcs_store.put_if_absent(V0, b"same")
     with pytest.raises(AmbiguousWriteError):

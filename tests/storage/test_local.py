@@ -125,3 +125,7 @@ def test_missing_cloud_extra_says_what_to_install(
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
     with pytest.raises(StorageError, match=rf"pip install 'txnlog\[{extra}\]'"):
         open_store(uri)
+
+
+def test_expiry_races(tmp_path: Path, expiry_race: Callable[..., None]) -> None:
+    expiry_race(str(tmp_path / "t"), None)

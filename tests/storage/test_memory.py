@@ -85,3 +85,7 @@ def test_iter_read_yields_in_order_with_a_bounded_number_in_flight(memory_store:
     assert len(started) <= 1 + memory_store.read_ahead  # not every object read up front
     assert [int(b) for b in reader] == list(range(1, 40))
     assert 1 < most <= memory_store.read_ahead and sorted(started) == paths
+
+
+def test_expiry_races(memory_uri: str, expiry_race: Callable[..., None]) -> None:
+    expiry_race(memory_uri, None)

@@ -50,3 +50,7 @@ def test_table_on_s3_commits_put_if_absent(s3_bucket, moto_s3):
     their_paths = pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist()
     assert sorted(their_paths) == sorted(snap.files().column("path").to_pylist())
     assert sorted(dt.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3, 4, 10]
+
+
+def test_expiry_races(s3_bucket, moto_s3, expiry_race):
+    expiry_race(f"{s3_bucket}/tables/racing", moto_s3)

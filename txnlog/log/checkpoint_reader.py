@@ -46,18 +46,28 @@ class CheckpointData:
 
 
 def _fail(part: CheckpointFile, what: str, cause: BaseException | None = None) -> CorruptCheckpointError:
-    return CorruptCheckpointError(
-        f"checkpoint {part.path} (version {part.version}) is unreadable: {what}", path=part.path, version=part.version
-    )
+    """The error for an unreadable checkpoint file; raise it ``from cause``. A file found gone
+    (``cause`` an ObjectNotFoundError, on opening it or on any later read) was deleted after the
+    log was listed, by a concurrent log expiry: the error says it ``vanished``, and readers list
+    the log again."""
+    vanished = isinstance(cause, ObjectNotFoundError)
+    if vanished:
+        message = f"checkpoint {part.path} (version {part.version}) vanished while it was read: {cause}"
+    else:
+        message = f"checkpoint {part.path} (version {part.version}) is unreadable: {what}"
+    return CorruptCheckpointError(message, path=part.path, version=part.version, vanished=vanished)
+
+
+# What reading an opened checkpoint file can raise: the store's errors (ObjectNotFoundError when
+# it was deleted since it was opened), and pyarrow's for what it holds.
+_READ_ERRORS = (StorageError, OSError, pa.ArrowException)
 
 
 def _open_parquet(store: LogStore, path: str, part: CheckpointFile) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(store.open_input(path))
-    except ObjectNotFoundError as e:
-        raise _fail(part, f"{path} is missing") from e
-    except (StorageError, OSError, pa.ArrowException) as e:
-        raise _fail(part, f"{path}: {e}") from e
+    except _READ_ERRORS as e:
+        raise _fail(part, f"{path}: {e}", e) from e
 
 
 def _present_children(pf: pq.ParquetFile, column: str, wanted: tuple[str, ...]) -> list[str]:
@@ -107,8 +117,8 @@ def _iter_groups(
             # cached, and over a checkpoint's groups that was ~40 MiB of the peak.
             pa.default_memory_pool().release_unused()
             yield group, table
-    except (OSError, pa.ArrowException) as e:
-        raise _fail(part, f"cannot read column '{column}': {e}") from e
+    except _READ_ERRORS as e:
+        raise _fail(part, f"cannot read column '{column}': {e}", e) from e
 
 
 # Optional fields most files lack. A row group whose statistics say one holds only nulls is not
@@ -180,8 +190,8 @@ class CheckpointStats:
             if has_json and has_parsed:
                 struct = _with_parsed_stats(pf, group, struct, ["stats"])
             stats = struct_to_table(struct, "add").column("stats")
-        except (OSError, pa.ArrowException) as e:
-            raise _fail(part, f"cannot read the stats of its 'add' rows: {e}") from e
+        except _READ_ERRORS as e:
+            raise _fail(part, f"cannot read the stats of its 'add' rows: {e}", e) from e
         if len(stats) != count:
             raise _fail(part, f"row group {group} holds {len(stats)} 'add' rows, not the {count} read before")
         return stats.combine_chunks() if stats.num_chunks != 1 else stats.chunk(0)
@@ -218,8 +228,8 @@ def _read_non_file(pf: pq.ParquetFile, part: CheckpointFile) -> list[Action]:
             if pc.any(valid).as_py():
                 kept.append(batch.filter(valid))
         return _decode_non_file(pa.Table.from_batches(kept), part) if kept else []
-    except (OSError, pa.ArrowException) as e:
-        raise _fail(part, str(e)) from e
+    except _READ_ERRORS as e:
+        raise _fail(part, str(e), e) from e
 
 
 _BATCH_ROWS = 8192
@@ -299,7 +309,7 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile], *, defer_stats
             try:
                 data = store.read(part.path)
             except StorageError as e:
-                raise _fail(part, str(e)) from e
+                raise _fail(part, str(e), e) from e
             raw = codec.parse_lines(data, path=part.path, version=version)
             add_bodies = [o["add"] for o in raw if "add" in o]
             remove_bodies = [o["remove"] for o in raw if "remove" in o]
@@ -331,7 +341,7 @@ def read_checkpoint(store: LogStore, parts: list[CheckpointFile], *, defer_stats
             _nf, sidecar_adds, loader = _read_parquet_part(store, sidecar_part.path, sidecar_part, stats_groups)
         except CorruptCheckpointError as e:
             raise CorruptCheckpointError(
-                f"sidecar of checkpoint {parts[0].path}: {e}", path=sidecar_part.path, version=version
+                f"sidecar of checkpoint {parts[0].path}: {e}", path=sidecar_part.path, version=version, vanished=e.vanished
             ) from e
         adds.append(sidecar_adds)
         tombstone_loaders.append(loader)

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txnlog import properties as props
-from txnlog.errors import CorruptCheckpointError, TxnLogError
+from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError
 from txnlog.file_facts import file_keys, is_column_mapped, parse_partition_values, parse_stats, partition_fields, table_stats_type
 from txnlog.log import codec
 from txnlog.log.actions import CheckpointMetadata, Metadata, Protocol, Sidecar
@@ -118,6 +118,10 @@ def write_checkpoint(store: LogStore, state: TableState | None = None, *, now_ms
     return result
 
 
+#: Fresh listings of the log when a file vanishes under a checkpoint (a concurrent expiry).
+_RELISTS = 3
+
+
 def checkpoint_from_log(store: LogStore, version: int | None = None, *, now_ms: int | None = None) -> CheckpointResult:
     """Checkpoint ``version`` (default: the latest) of the table in ``store`` without opening a
     snapshot of it: the newest checkpoint below it is streamed row group by row group, minus
@@ -126,6 +130,21 @@ def checkpoint_from_log(store: LogStore, version: int | None = None, *, now_ms: 
     number of files. Without an earlier Parquet checkpoint, the log is replayed in full.
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    relists = 0
+    while True:
+        try:
+            return _checkpoint_listed_log(store, version, now)
+        except TxnLogError as e:
+            # A file listed was gone when read: a concurrent log expiry moved the log on under
+            # this read. The log listed again has what the version needs (or says it is gone).
+            vanished = e.vanished if isinstance(e, CorruptCheckpointError) else isinstance(e, ObjectNotFoundError)
+            if not vanished or relists == _RELISTS:
+                raise
+            relists += 1
+            logger.warning("%s: a log file vanished while checkpointing (%s); listing the log again", store.root_uri, e)
+
+
+def _checkpoint_listed_log(store: LogStore, version: int | None, now: int) -> CheckpointResult:
     segment = build_segment(store, version)
     result = existing_checkpoint(store, segment.version)
     if result is None:
@@ -551,6 +570,10 @@ def _parquet_counts(store: LogStore, path: str, version: int) -> tuple[int, int,
                 action = codec.decode_action("sidecar", body, path=path, version=version)
                 sidecars.append(action)  # type: ignore[arg-type]
         return pf.metadata.num_rows, adds, sidecars
+    except ObjectNotFoundError as e:  # deleted since the log was listed: a concurrent log expiry
+        raise CorruptCheckpointError(
+            f"checkpoint file {path} (version {version}) vanished while it was read: {e}", path=path, version=version, vanished=True
+        ) from e
     except TxnLogError:
         raise
     except (OSError, pa.ArrowException) as e:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from txnlog import properties as props
-from txnlog.errors import ObjectNotFoundError, RetentionCheckError, TxnLogError, VersionNotFoundError
+from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, RetentionCheckError, TxnLogError, VersionNotFoundError
 from txnlog.maintenance import arguments, core, tags
 from txnlog.maintenance.deletes import Progress, delete_paths
 from txnlog.maintenance.layout import LogLayout
@@ -141,10 +141,10 @@ def vacuum(
         try:
             protected, partition_columns = _protected(table, horizon=horizon, progress=progress)
             break
-        except (VersionNotFoundError, ObjectNotFoundError):
+        except (VersionNotFoundError, ObjectNotFoundError, CorruptCheckpointError) as e:
             # A concurrent log expiry removed versions while they were read: what they alone
             # referenced is no longer protected anyway, so read the log as it is now.
-            if attempt == _PROTECTED_ATTEMPTS - 1:
+            if attempt == _PROTECTED_ATTEMPTS - 1 or (isinstance(e, CorruptCheckpointError) and not e.vanished):
                 raise
 
     doomed: list[str] = []

@@ -12,9 +12,10 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
-from typing import Any, Literal, cast
+from typing import Any, BinaryIO, Literal, cast
 
 import fsspec
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from txnlog.errors import (
@@ -139,14 +140,15 @@ class FsspecLogStore(LogStore):
     @contextlib.contextmanager
     def _errors(self, verb: str, path: str) -> Iterator[None]:
         """Backends raise OSErrors but also their SDK's own errors (botocore, azure-core...):
-        every one leaves the store as a StorageError naming the object."""
+        every one leaves the store as a StorageError naming the object, and an object that is
+        not there (never was, or deleted since it was listed or opened) as ObjectNotFoundError."""
         try:
             yield
         except TxnLogError:
             raise
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"{self.uri_of(path)} does not exist", path=path) from None
         except Exception as e:
+            if not_found(e):
+                raise ObjectNotFoundError(f"{self.uri_of(path)} does not exist", path=path) from e
             raise StorageError(f"cannot {verb} {self.uri_of(path)}: {e}", path=path) from e
 
     def _uncached(self, full: str) -> str:
@@ -256,10 +258,82 @@ class FsspecLogStore(LogStore):
         with self._errors("delete", path):
             try:
                 self.fs.rm_file(self._full(path))
-            except FileNotFoundError:
-                pass
+            except Exception as e:
+                if not not_found(e):
+                    raise
+
+    def open_input(self, path: str) -> BinaryIO:
+        """As the base class, but a read or seek that fails later, after the open (the object
+        deleted in between, by a concurrent log expiry), raises the store's errors too."""
+        with self._errors("read", path):
+            raw = self.fs.open(self._full(path), mode="rb")
+        return pa.PythonFile(_ClassifiedReads(self, path, raw), mode="r")  # type: ignore[no-any-return]
 
     def arrow_filesystem(self) -> tuple[pafs.FileSystem, str]:
         if self._arrow_fs is None:
             self._arrow_fs = pafs.PyFileSystem(pafs.FSSpecHandler(self.fs))
         return self._arrow_fs, self.root_path
+
+
+def not_found(error: BaseException) -> bool:
+    """Whether a backend's error says the object is not there. fsspec backends mostly raise
+    FileNotFoundError, but not on every path: an SDK's 404 (botocore's NoSuchKey, azure-core's
+    ResourceNotFoundError, google-api-core's NotFound) can come through as it is, or as the
+    cause of another error, on a ranged read of an object deleted after it was opened."""
+    seen: BaseException | None = error
+    # The error and the few errors it was raised from (an SDK's, wrapped by the backend); not
+    # the errors it was raised while handling, which may be an earlier, handled 404.
+    for _ in range(4):
+        if seen is None:
+            return False
+        if isinstance(seen, FileNotFoundError) or _http_status(seen) == 404:
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _http_status(error: BaseException) -> int | None:
+    response = getattr(error, "response", None)  # botocore's ClientError
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status is None and response.get("Error", {}).get("Code") in ("NoSuchKey", "NotFound", "404"):
+            return 404
+        return status if isinstance(status, int) else None
+    for name in ("status_code", "code", "status"):  # azure-core, google-api-core, aiohttp
+        status = getattr(error, name, None)
+        if isinstance(status, int) and 100 <= status < 600:
+            return status
+    return None
+
+
+class _ClassifiedReads:
+    """A backend's file object, for :class:`pyarrow.PythonFile`, whose reads and seeks raise
+    the store's errors: pyarrow hands them back to the reader as they are."""
+
+    def __init__(self, store: FsspecLogStore, path: str, raw: Any) -> None:
+        self._store, self._path, self._raw = store, path, raw
+
+    def read(self, size: int = -1) -> bytes:
+        with self._store._errors("read", self._path):
+            return cast(bytes, self._raw.read(size))
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        with self._store._errors("read", self._path):
+            return cast(int, self._raw.seek(offset, whence))
+
+    def tell(self) -> int:
+        return cast(int, self._raw.tell())
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._raw.closed)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):  # nothing was written: a failed close loses nothing
+            self._raw.close()
