@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import uuid
 import zlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from txnlog.errors import TxnLogError, UnsafePathError, UnsupportedFeatureError
+from txnlog.log.actions import DeletionVectorDescriptor
 from txnlog.storage.paths import locate
 
 if TYPE_CHECKING:
-    from txnlog.log.actions import DeletionVectorDescriptor
     from txnlog.storage.base import LogStore
 
 # Z85 (ZeroMQ's base85), the encoding of inline vectors and of the UUID of 'u' vectors.
@@ -63,6 +64,46 @@ def z85_decode(text: str) -> bytes:
             raise ValueError(f"Z85 group {text[i:i + 5]!r} is out of range")
         out += value.to_bytes(4, "big")
     return bytes(out)
+
+
+def z85_encode(data: bytes) -> str:
+    """Z85-encode ``data``, zero-padded to a multiple of 4 bytes (the descriptor's
+    ``sizeInBytes`` says how many of the decoded bytes are the vector)."""
+    data = data + b"\0" * (-len(data) % 4)
+    out = []
+    for i in range(0, len(data), 4):
+        value = int.from_bytes(data[i : i + 4], "big")
+        group = []
+        for _ in range(5):
+            value, digit = divmod(value, 85)
+            group.append(_Z85[digit])
+        out.append("".join(reversed(group)))
+    return "".join(out)
+
+
+def dv_file_name(dv_id: uuid.UUID, prefix: str = "") -> tuple[str, str]:
+    """(``pathOrInlineDv``, the file's path under the table root) of a 'u' vector file."""
+    encoded = prefix + z85_encode(dv_id.bytes)
+    name = f"deletion_vector_{dv_id}.bin"
+    return encoded, f"{prefix}/{name}" if prefix else name
+
+
+def serialize_bitmap(rows: pa.Array | Iterable[int]) -> tuple[bytes, int, int]:
+    """(serialized RoaringBitmapArray with its magic number, cardinality, largest row index) of
+    a set of row indexes. Duplicates collapse; an empty set is allowed."""
+    from pyroaring import BitMap64  # optional dependency: txnlog[spark] installs it
+
+    values = rows.to_numpy(zero_copy_only=False) if isinstance(rows, (pa.Array, pa.ChunkedArray)) else rows
+    bitmap = BitMap64(values)
+    bitmap.run_optimize()
+    largest = bitmap.max() if len(bitmap) else 0
+    return _MAGIC.to_bytes(4, "little") + bitmap.serialize(), len(bitmap), largest
+
+
+def inline_descriptor(rows: pa.Array | Iterable[int]) -> DeletionVectorDescriptor:
+    """An inline ('i') descriptor holding ``rows``."""
+    data, cardinality, largest = serialize_bitmap(rows)
+    return DeletionVectorDescriptor("i", z85_encode(data), len(data), cardinality, max_row_index=largest)
 
 
 def dv_file_path(storage_type: str | None, path_or_inline_dv: str | None) -> str | None:
@@ -176,4 +217,14 @@ def _read_from_file(
     return data
 
 
-__all__ = ["DeletionVectorError", "dv_file_path", "parse_bitmap", "read_deletion_vector", "z85_decode"]
+__all__ = [
+    "DeletionVectorError",
+    "dv_file_name",
+    "dv_file_path",
+    "inline_descriptor",
+    "parse_bitmap",
+    "read_deletion_vector",
+    "serialize_bitmap",
+    "z85_decode",
+    "z85_encode",
+]
