@@ -23,6 +23,7 @@ LAYERS: dict[str, float] = {
     "txnlog.log": 3,
     "txnlog.table_configuration": 3.5,
     "txnlog.expressions": 4,
+    "txnlog.read": 4.5,
     "txnlog.snapshot": 5,
     "txnlog.write": 6,
     "txnlog.txn": 7,

@@ -9,7 +9,7 @@ derived from it, nothing above.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ from txnlog.log.commits import read_commits
 from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.log.table_state import TableState
+from txnlog.read import BATCH_ROWS, ReadContext
 from txnlog.storage.base import LogStore
 from txnlog.storage.location import TableLocation
 from txnlog.storage.paths import FileLocation
@@ -239,6 +240,36 @@ class Snapshot:
             return self._rebuilt_if_checkpoint_gone(
                 lambda: write_checkpoint(self.store, self._state, now_ms=now_ms), "checkpoint it"
             )
+
+    # -- rows ---------------------------------------------------------------------------------
+
+    def read_context(self) -> ReadContext:
+        """How to read this version's data files, as a picklable value (for other processes)."""
+        return ReadContext.for_configuration(
+            self.uri, self.table_configuration, storage_options=self.location.storage_options,
+            version=self.version, allow_absolute_paths=self.allow_absolute_paths,
+        )
+
+    def to_batches(
+        self, columns: Sequence[str] | None = None, predicate: str | FilePredicate | None = None, *, batch_rows: int = BATCH_ROWS
+    ) -> pa.RecordBatchReader:
+        """The table's rows at this version, streamed: partition values, column mapping and
+        deletion vectors applied. With a SQL ``predicate``, files that cannot match are skipped
+        (partition values, stats) and the rows read are filtered by it. ``columns`` (logical
+        names) selects and orders the columns; all of them when None."""
+        context = self.read_context()
+        pred = self.predicate(predicate) if predicate is not None else None
+        files = self.files(pred, stats=False)
+        batches = context.batches(
+            files, columns=columns, store=self.store, batch_rows=batch_rows,
+            row_filter=pred.row_filter() if pred is not None else None,
+            filter_columns=pred.columns if pred is not None else (),
+        )
+        return pa.RecordBatchReader.from_batches(context.output_schema(columns), batches)
+
+    def to_arrow(self, columns: Sequence[str] | None = None, predicate: str | FilePredicate | None = None) -> pa.Table:
+        """The table's rows at this version as one Arrow table (see :meth:`to_batches`)."""
+        return self.to_batches(columns, predicate).read_all()
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.location, state)

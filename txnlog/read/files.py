@@ -1,0 +1,246 @@
+"""Reading a table's data files as Arrow: the one place rows are decoded.
+
+A data file holds only part of what a row is. This module adds the rest, for every reader
+(``Snapshot.to_arrow``, the Python DML, the Spark data source's executors):
+
+- logical column names and types under column mapping (files hold physical names, at every
+  nesting level): the file's columns are viewed as the logical types, zero-copy;
+- columns a file predates (schema evolution) as nulls;
+- partition columns, from the file's ``partitionValues`` typed by the table schema;
+- deletion vectors: rows whose position is in the file's vector are dropped;
+- a row filter (an Arrow expression over logical names), after all of the above.
+
+:class:`ReadContext` is picklable, like ``WriteContext``: a process holding only the context
+opens the table's store itself and reads the files it is handed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from txnlog.errors import InvalidArgumentError, SchemaError, StorageError, TxnLogError
+from txnlog.file_facts import parse_partition_values, physical_schema
+from txnlog.log.actions import DeletionVectorDescriptor
+from txnlog.log.deletion_vectors import DeletionVectorError, read_deletion_vector
+from txnlog.storage import LogStore, normalize_uri, open_store
+from txnlog.storage.paths import locate
+from txnlog.table_configuration import TableConfiguration
+
+#: Rows per batch read from a data file.
+BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class ReadContext:
+    """How to read the data files of one table at one version. Picklable (the table's
+    configuration is plain records; the store is opened on first use, in whichever process
+    uses it)."""
+
+    table_uri: str
+    table_configuration: TableConfiguration
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    version: int | None = None
+    allow_absolute_paths: bool = False
+
+    @classmethod
+    def for_configuration(
+        cls,
+        table_uri: str,
+        table_configuration: TableConfiguration,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        version: int | None = None,
+        allow_absolute_paths: bool = False,
+    ) -> ReadContext:
+        return cls(normalize_uri(table_uri), table_configuration, dict(storage_options or {}), version, allow_absolute_paths)
+
+    # -- the table's shape ------------------------------------------------------------------
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The table schema, logical names (Delta field metadata kept)."""
+        return self.table_configuration.schema
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return self.table_configuration.partition_columns
+
+    def output_schema(self, columns: Sequence[str] | None = None) -> pa.Schema:
+        """The schema of what :meth:`batches` yields for ``columns``: logical names, no Delta
+        field metadata, in the order asked for (the table's order when None)."""
+        fields = [pa.field(f.name, f.type, f.nullable) for f in self.schema]
+        if columns is None:
+            return pa.schema(fields)
+        by_lower = {f.name.lower(): f for f in fields}
+        out = []
+        for name in columns:
+            found = by_lower.get(name.lower()) if isinstance(name, str) else None
+            if found is None:
+                raise InvalidArgumentError(
+                    f"table {self.table_uri} has no column {name!r} (columns: {', '.join(f.name for f in fields)})"
+                )
+            out.append(found)
+        return pa.schema(out)
+
+    def open_store(self) -> LogStore:
+        return open_store(self.table_uri, self.storage_options)
+
+    # -- deletion vectors -------------------------------------------------------------------
+
+    def deleted_rows(self, files: pa.Table, store: LogStore | None = None) -> list[pa.Array | None]:
+        """Per row of ``files`` (rows of ``Snapshot.files()``): the deleted row positions
+        (uint64, ascending) of its deletion vector, or None when it has none."""
+        dvs = files.column("deletion_vector").combine_chunks() if files.num_rows else pa.array([], files.schema.field("deletion_vector").type)
+        out: list[pa.Array | None] = [None] * files.num_rows
+        if dvs.null_count == len(dvs):
+            return out
+        store = store if store is not None else self.open_store()
+        paths = files.column("path")
+        for i in pc.indices_nonzero(dvs.is_valid()).to_pylist():
+            out[i] = self._vector(store, dvs[i].as_py(), paths[i].as_py())
+        return out
+
+    def _vector(self, store: LogStore, raw: Mapping[str, Any], path: str) -> pa.Array:
+        try:
+            descriptor = DeletionVectorDescriptor(
+                raw["storage_type"], raw["path_or_inline_dv"], raw["size_in_bytes"], raw["cardinality"],
+                offset=raw["offset"], max_row_index=raw["max_row_index"],
+            )
+            return read_deletion_vector(store, descriptor, table_uri=self.table_uri, data_file=path,
+                                        allow_absolute_paths=self.allow_absolute_paths, version=self.version)
+        except DeletionVectorError:
+            raise
+        except (TxnLogError, KeyError, TypeError) as e:
+            raise DeletionVectorError(f"cannot read the deletion vector of data file {path} of table {self.table_uri}: {e}", path=path) from e
+
+    # -- rows ---------------------------------------------------------------------------------
+
+    def batches(
+        self,
+        files: pa.Table,
+        *,
+        columns: Sequence[str] | None = None,
+        row_filter: pc.Expression | None = None,
+        filter_columns: Iterable[str] = (),
+        store: LogStore | None = None,
+        batch_rows: int = BATCH_ROWS,
+    ) -> Iterator[pa.RecordBatch]:
+        """The live rows of ``files`` (rows of ``Snapshot.files()``), file by file, as batches of
+        :meth:`output_schema` ``(columns)``. ``row_filter`` (over logical names, reading
+        ``filter_columns`` besides ``columns``) keeps only the rows where it is true."""
+        out_schema = self.output_schema(columns)
+        wanted = [f.name for f in out_schema]
+        extra = [f.name for f in self.output_schema(list(filter_columns)) if f.name not in wanted] if row_filter is not None else []
+        read_schema = self.output_schema(wanted + extra)
+        if files.num_rows == 0:
+            return
+        store = store if store is not None else self.open_store()
+        deleted = self.deleted_rows(files, store)
+        partitions = parse_partition_values(files, self.schema, self.partition_columns, self.table_configuration.properties)
+        paths = files.column("path").to_pylist()
+        for i, path in enumerate(paths):
+            constants = {name: partitions.column(name)[i] for name in partitions.column_names}
+            for batch in self._file_batches(store, path, read_schema, constants, deleted[i], batch_rows):
+                if row_filter is not None:
+                    table = pa.Table.from_batches([batch]).filter(row_filter)
+                    batch = table.combine_chunks().to_batches()[0] if table.num_rows else batch.slice(0, 0)
+                    if not batch.num_rows:
+                        continue
+                yield batch.select(wanted) if extra else batch
+
+    def read(self, files: pa.Table, **options: Any) -> pa.Table:
+        """:meth:`batches` as one table."""
+        schema = self.output_schema(options.get("columns"))
+        return pa.Table.from_batches(list(self.batches(files, **options)), schema=schema)
+
+    def _file_batches(
+        self,
+        store: LogStore,
+        path: str,
+        schema: pa.Schema,
+        constants: Mapping[str, pa.Scalar],
+        deleted: pa.Array | None,
+        batch_rows: int,
+    ) -> Iterator[pa.RecordBatch]:
+        data_fields = [f for f in self.schema if f.name in schema.names and f.name not in constants]
+        physical = dict(zip((f.name for f in data_fields), physical_schema(data_fields, self.table_configuration.is_column_mapped), strict=True))
+        location = locate(self.table_uri, path, allow_absolute=self.allow_absolute_paths, version=self.version)
+        where = f"data file {location.uri} of table {self.table_uri}"
+        try:
+            source = store.open_input(location.relative) if location.relative is not None else _open_absolute(location.uri)
+            with source:
+                parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
+                present = set(parquet.schema_arrow.names)
+                read = [physical[f.name].name for f in data_fields if physical[f.name].name in present]
+                keep = _keep_mask(deleted, parquet.metadata.num_rows, where, path)
+                position = 0
+                if not read:  # only partition columns or columns the file predates: count rows
+                    chunks: Iterable[pa.RecordBatch | int] = _row_counts(parquet.metadata.num_rows, batch_rows)
+                else:
+                    chunks = parquet.iter_batches(batch_size=batch_rows, columns=read, use_threads=False)
+                for chunk in chunks:
+                    n = chunk if isinstance(chunk, int) else chunk.num_rows
+                    arrays = []
+                    for f in schema:
+                        if f.name in constants:
+                            arrays.append(pa.repeat(constants[f.name], n).cast(f.type))
+                        elif isinstance(chunk, int) or physical[f.name].name not in present:
+                            arrays.append(pa.nulls(n, f.type))
+                        else:
+                            arrays.append(_as_logical(chunk.column(physical[f.name].name), physical[f.name].type, f.type, where, f.name))
+                    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+                    if keep is not None:
+                        batch = batch.filter(pa.array(keep[position : position + n]))
+                    position += n
+                    if batch.num_rows:
+                        yield batch
+        except TxnLogError:
+            raise
+        except (OSError, pa.ArrowException) as e:
+            raise StorageError(f"cannot read {where}: {e}", path=path) from e
+
+
+def _open_absolute(uri: str) -> Any:
+    """A file outside the table root that the table was opened to allow (shallow clones)."""
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs.open_input_file(path)
+
+
+def _row_counts(total: int, batch_rows: int) -> Iterator[int]:
+    for start in range(0, total, batch_rows):
+        yield min(batch_rows, total - start)
+
+
+def _keep_mask(deleted: pa.Array | None, num_rows: int, where: str, path: str) -> np.ndarray | None:
+    """A boolean per physical row: False where the deletion vector deletes it."""
+    if deleted is None or not len(deleted):
+        return None
+    positions = deleted.to_numpy(zero_copy_only=False).astype(np.int64)
+    if positions[-1] >= num_rows:
+        raise DeletionVectorError(f"the deletion vector of {where} deletes row {int(positions[-1])}, but the file has {num_rows} rows", path=path)
+    keep = np.ones(num_rows, dtype=bool)
+    keep[positions] = False
+    return keep
+
+
+def _as_logical(column: pa.Array, physical: pa.DataType, logical: pa.DataType, where: str, name: str) -> pa.Array:
+    """A file's column under the table's logical names and type: cast to the physical type the
+    table expects (older files may hold a narrower type), then viewed with the logical names."""
+    try:
+        if column.type != physical:
+            column = column.cast(physical)
+        return column if physical == logical else column.view(logical)
+    except (pa.ArrowException, ValueError) as e:
+        raise SchemaError(f"column {name!r} of {where} is {column.type}, which cannot be read as the table's {logical}: {e}", field=name) from e
+
+
+__all__ = ["BATCH_ROWS", "ReadContext"]
