@@ -193,6 +193,7 @@ SURFACES = (
     "txnlog.file_facts",
     "txnlog.table_configuration",
     "txnlog.expressions",
+    "txnlog.read",
     "txnlog.storage",
     "txnlog.log",
     "txnlog.txn",

@@ -5,6 +5,7 @@ from txnlog._version import __version__
 from txnlog.errors import TxnLogError
 from txnlog.log.actions import AddFile, DeletionVectorDescriptor, RemoveFile
 from txnlog.log.history import HistoryEntry
+from txnlog.read import ReadContext
 from txnlog.retrying import retry
 from txnlog.snapshot import Snapshot
 from txnlog.table import Table, Timestamp
@@ -22,6 +23,7 @@ __all__ = [
     "IsolationLevel",
     "OptimisticTransaction",
     "PostCommitContext",
+    "ReadContext",
     "RemoveFile",
     "Snapshot",
     "Table",

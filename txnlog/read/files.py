@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from txnlog.errors import InvalidArgumentError, SchemaError, StorageError, TxnLogError
@@ -209,8 +210,6 @@ class ReadContext:
 
 def _open_absolute(uri: str) -> Any:
     """A file outside the table root that the table was opened to allow (shallow clones)."""
-    import pyarrow.fs as pafs
-
     fs, path = pafs.FileSystem.from_uri(uri)
     return fs.open_input_file(path)
 

@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from txnlog import Table, Timestamp
 from txnlog.errors import TxnLogError
 from txnlog.file_facts import parse_partition_values
-from txnlog.log import DeletionVectorError, decode_dv, read_deletion_vector
+from txnlog.log import DeletionVectorError
 from txnlog.properties import PHYSICAL_NAME_KEY
 from txnlog.spark.common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
 
@@ -101,26 +100,14 @@ def _file_schema(snapshot: Snapshot) -> tuple[list[dict[str, Any]], dict[str, An
 
 
 def _deleted_rows(snapshot: Snapshot, files: pa.Table, keys: list[str]) -> pa.Table | None:
-    """(file key, deleted row index) for every row a deletion vector of ``files`` deletes."""
-    dvs = files.column("deletion_vector").combine_chunks()
-    if dvs.null_count == len(dvs):
-        return None
-    paths = files.column("path").to_pylist()
+    """(file key, deleted row index) for every row a deletion vector of ``files`` deletes,
+    decoded by the core reader (the one place deletion vectors are read)."""
     key_parts: list[pa.Array] = []
     row_parts: list[pa.Array] = []
-    for i in pc.indices_nonzero(dvs.is_valid()).to_pylist():
-        raw = dvs[i].as_py()
-        descriptor = decode_dv({
-            "storageType": raw["storage_type"], "pathOrInlineDv": raw["path_or_inline_dv"], "offset": raw["offset"],
-            "sizeInBytes": raw["size_in_bytes"], "cardinality": raw["cardinality"], "maxRowIndex": raw["max_row_index"],
-        })
-        if descriptor is None:
-            raise DeletionVectorError(f"data file {paths[i]} of table {snapshot.uri} has an unreadable deletion vector {raw}", path=paths[i])
-        rows = read_deletion_vector(snapshot.store, descriptor, table_uri=snapshot.uri, data_file=paths[i],
-                                    allow_absolute_paths=snapshot.allow_absolute_paths, version=snapshot.version)
-        if len(rows):
+    for key, rows in zip(keys, snapshot.read_context().deleted_rows(files, snapshot.store), strict=True):
+        if rows is not None and len(rows):
             row_parts.append(rows.cast(pa.int64()))
-            key_parts.append(pa.repeat(pa.scalar(keys[i], pa.string()), len(rows)))
+            key_parts.append(pa.repeat(pa.scalar(key, pa.string()), len(rows)))
     if not row_parts:
         return None
     return pa.table({_KEY: pa.concat_arrays(key_parts), _ROW: pa.concat_arrays(row_parts)})
