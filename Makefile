@@ -1,6 +1,6 @@
 # Two entry points, each doing all set-up on a fresh machine (Debian, Python 3.11, Java 17):
 #   make run   - the main job: the Spark pipeline in spark_jobs/ on local Spark and a local table
-#   make test  - ruff and mypy (strict) on txnlog/, then the test suite (soak tests excluded; `make soak` runs them)
+#   make test  - ruff (txnlog, tests, jobs, benchmarks) and mypy (strict) on txnlog/, then the test suite (soak tests excluded; `make soak` runs them)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -22,7 +22,7 @@ run: $(STAMP)
 	$(PY) spark_jobs/pipeline.py --table data/events
 
 test: $(STAMP)
-	$(PY) -m ruff check txnlog
+	$(PY) -m ruff check txnlog tests spark_jobs benchmarks
 	$(PY) -m mypy
 	$(PY) -m pytest -m "not soak" -q -p no:cacheprovider
 

@@ -16,8 +16,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 #: Where benchmark tables are built (gitignored).
 WORK_DIR = Path(__file__).resolve().parent / "_work"

@@ -45,13 +45,13 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-
 from _common import WORK_DIR, interleaved, log, machine_line, markdown_table, median, paired_ratio, ratio, setup_logging, verdict
 
 OPEN_TARGET_S = 1.0

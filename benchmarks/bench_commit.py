@@ -33,12 +33,12 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pyarrow as pa
-
 from _common import (
     WORK_DIR,
     interleaved,

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
 from _common import (
     WORK_DIR,
     interleaved,

@@ -25,13 +25,12 @@ import argparse
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from _common import (
     WORK_DIR,
     interleaved,
@@ -113,8 +112,9 @@ def _json_floor(path: str) -> Callable[[], int]:
 
 def _check_same_files(path: str, expected: int) -> None:
     """Both readers must list the same live files before their speed means anything."""
-    import txnlog
     from deltalake import DeltaTable
+
+    import txnlog
 
     ours = set(txnlog.Table(path).snapshot().files().column("path").to_pylist())
     theirs = set(pa.table(DeltaTable(path).get_add_actions()).column("path").to_pylist())

@@ -26,11 +26,9 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
 from _common import WORK_DIR, is_built, log, machine_line, mark_built, markdown_table, median, ratio, setup_logging
 from bench_checkpoint import _timed, build_table
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import orjson
 import pytest
@@ -98,7 +99,7 @@ class LogWriter:
         *extra: Action | Mapping[str, Any],
         partition_columns: tuple[str, ...] = (),
         configuration: Mapping[str, str] | None = None,
-        protocol: Protocol = Protocol(1, 2),
+        protocol: Protocol = Protocol(1, 2),  # noqa: B008 (a frozen record)
     ) -> None:
         """Version 0: protocol, metaData, then ``extra``."""
         metadata = Metadata(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import decimal
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import deltalake
 import pyarrow as pa

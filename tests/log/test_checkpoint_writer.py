@@ -12,8 +12,9 @@ import datetime as dt
 import decimal
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -23,8 +24,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 import txnlog
-from txnlog.errors import StorageError
-from txnlog.errors import TxnLogError
+from txnlog.errors import StorageError, TxnLogError
 from txnlog.log import checkpoint_writer
 from txnlog.log.actions import DomainMetadata, Protocol, RemoveFile, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
@@ -583,7 +583,7 @@ def conformance_cases(root: Path, test_name: str) -> list[Any]:
 def _writable_copy(src: Path, dst: str) -> None:
     """The corpus is read-only, and copytree keeps modes: make the copy writable."""
     shutil.copytree(src, dst)
-    for root, dirs, files in os.walk(dst):
+    for root, _dirs, files in os.walk(dst):
         os.chmod(root, 0o755)
         for f in files:
             os.chmod(os.path.join(root, f), 0o644)

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 
 from txnlog.errors import LogCorruptError
+from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.actions import (
     Action,
@@ -30,7 +31,6 @@ from txnlog.log.actions import (
     Sidecar,
     Txn,
 )
-from txnlog.file_facts import file_keys
 from txnlog.log.file_actions import table_from_log_dicts
 from txnlog.log.filenames import commit_path
 

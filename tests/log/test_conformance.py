@@ -10,8 +10,9 @@ refusal without a decision fails :func:`test_version`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import unquote
 
 import pyarrow.compute as pc

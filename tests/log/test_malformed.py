@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -120,7 +121,7 @@ def test_schema_string_that_is_not_a_schema(log_writer: Callable[..., Any]) -> N
     w = log_writer()
     w.commit(0, Protocol(1, 2), Metadata(id="m", schema_string='{"type":"struct","fields":[{"name":"x"}]}'))
     with pytest.raises(TxnLogError, match="lacks 'type'"):
-        txnlog.Table(w.uri).snapshot().schema
+        _ = txnlog.Table(w.uri).snapshot().schema
 
 
 # --- checkpoints -----------------------------------------------------------------------------

@@ -7,9 +7,10 @@ import io
 import json
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import deltalake
 import hypothesis.strategies as st

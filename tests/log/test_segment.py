@@ -8,9 +8,10 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import deltalake
 import orjson

@@ -22,8 +22,9 @@ import queue
 import time
 import traceback
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote
 
 import orjson
@@ -449,7 +450,7 @@ def test_concurrent_updates_of_one_partition(tmp_path: Path, sync: str, isolatio
         assert r["error"]["is_conflict"] and r["error"]["type"] == _LOSER_ERROR[isolation], r
         assert r["error"]["winning_version"] in {v for v, _ in winners}, r
     # A winner after the first read a version that already held the earlier winners.
-    for (version, w), (earlier, _) in zip(winners[1:], winners):
+    for (_version, w), (earlier, _) in zip(winners[1:], winners):
         assert eu[w]["read_version"] >= earlier
 
     assert_contiguous_log(root, 1 + len(winners) + 1)

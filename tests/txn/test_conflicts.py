@@ -1,4 +1,4 @@
-"""One test per conflict rule and isolation level (design brief section 2, docs/concurrency.md).
+"""One test per conflict rule and isolation level (docs/concurrency.md).
 
 Each test starts the loser's transaction, lets a winner commit, then commits the loser: the
 loser must either raise the precise error or commit at the version after the winner.

@@ -17,8 +17,9 @@ import datetime as dt
 import decimal
 import os
 import shutil
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 from urllib.parse import unquote
 
 import orjson

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 from urllib.parse import unquote
 
 import orjson
@@ -44,7 +45,7 @@ def commit(
     adds: Sequence[AddFile],
     partition_columns: Sequence[str] = (),
     configuration: Mapping[str, str] | None = None,
-    protocol: Protocol = Protocol(1, 2),
+    protocol: Protocol = Protocol(1, 2),  # noqa: B008 (a frozen record)
 ) -> Any:
     """Make the written files a real Delta table (version 0) and open it with delta-rs."""
     metadata = Metadata(

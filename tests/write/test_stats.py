@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txnlog.errors import InvalidTablePropertyError
-from txnlog.schema import FIELD_METADATA_KEY
 from txnlog.file_facts import parse_column_path, physical_path, stats_columns
+from txnlog.schema import FIELD_METADATA_KEY
 from txnlog.write.stats import (
     MAX_TIE_BREAKER,
     STRING_PREFIX_LENGTH,

