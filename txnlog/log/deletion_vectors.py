@@ -100,10 +100,9 @@ def serialize_bitmap(rows: pa.Array | Iterable[int]) -> tuple[bytes, int, int]:
     return _MAGIC.to_bytes(4, "little") + bitmap.serialize(), len(bitmap), largest
 
 
-def inline_descriptor(rows: pa.Array | Iterable[int]) -> DeletionVectorDescriptor:
-    """An inline ('i') descriptor holding ``rows``."""
-    data, cardinality, largest = serialize_bitmap(rows)
-    return DeletionVectorDescriptor("i", z85_encode(data), len(data), cardinality, max_row_index=largest)
+def inline_descriptor(data: bytes, cardinality: int, max_row_index: int) -> DeletionVectorDescriptor:
+    """An inline ('i') descriptor of a vector :func:`serialize_bitmap` produced."""
+    return DeletionVectorDescriptor("i", z85_encode(data), len(data), cardinality, max_row_index=max_row_index)
 
 
 def dv_file_path(storage_type: str | None, path_or_inline_dv: str | None) -> str | None:

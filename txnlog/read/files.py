@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from txnlog.errors import InvalidArgumentError, SchemaError, StorageError, TxnLogError
+from txnlog.expressions.rows import evaluate
 from txnlog.file_facts import parse_partition_values, physical_schema
 from txnlog.log.actions import DeletionVectorDescriptor
 from txnlog.log.deletion_vectors import DeletionVectorError, read_deletion_vector
@@ -98,7 +99,7 @@ class ReadContext:
     def deleted_rows(self, files: pa.Table, store: LogStore | None = None) -> list[pa.Array | None]:
         """Per row of ``files`` (rows of ``Snapshot.files()``): the deleted row positions
         (uint64, ascending) of its deletion vector, or None when it has none."""
-        dvs = files.column("deletion_vector").combine_chunks() if files.num_rows else pa.array([], files.schema.field("deletion_vector").type)
+        dvs = files.column("deletion_vector").combine_chunks()
         out: list[pa.Array | None] = [None] * files.num_rows
         if dvs.null_count == len(dvs):
             return out
@@ -145,13 +146,15 @@ class ReadContext:
         store = store if store is not None else self.open_store()
         deleted = self.deleted_rows(files, store)
         partitions = parse_partition_values(files, self.schema, self.partition_columns, self.table_configuration.properties)
+        # The same for every file: each data column's physical field.
+        data_fields = [f for f in self.schema if f.name in read_schema.names and f.name not in partitions.column_names]
+        physical = dict(zip((f.name for f in data_fields), physical_schema(data_fields, self.table_configuration.is_column_mapped), strict=True))
         paths = files.column("path").to_pylist()
         for i, path in enumerate(paths):
             constants = {name: partitions.column(name)[i] for name in partitions.column_names}
-            for batch in self._file_batches(store, path, read_schema, constants, deleted[i], batch_rows):
+            for batch in self._file_batches(store, path, read_schema, physical, constants, deleted[i], batch_rows):
                 if row_filter is not None:
-                    table = pa.Table.from_batches([batch]).filter(row_filter)
-                    batch = table.combine_chunks().to_batches()[0] if table.num_rows else batch.slice(0, 0)
+                    batch = batch.filter(evaluate(row_filter, pa.Table.from_batches([batch])))
                     if not batch.num_rows:
                         continue
                 yield batch.select(wanted) if extra else batch
@@ -166,12 +169,11 @@ class ReadContext:
         store: LogStore,
         path: str,
         schema: pa.Schema,
+        physical: Mapping[str, pa.Field],
         constants: Mapping[str, pa.Scalar],
         deleted: pa.Array | None,
         batch_rows: int,
     ) -> Iterator[pa.RecordBatch]:
-        data_fields = [f for f in self.schema if f.name in schema.names and f.name not in constants]
-        physical = dict(zip((f.name for f in data_fields), physical_schema(data_fields, self.table_configuration.is_column_mapped), strict=True))
         location = locate(self.table_uri, path, allow_absolute=self.allow_absolute_paths, version=self.version)
         where = f"data file {location.uri} of table {self.table_uri}"
         try:
@@ -179,7 +181,7 @@ class ReadContext:
             with source:
                 parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
                 present = set(parquet.schema_arrow.names)
-                read = [physical[f.name].name for f in data_fields if physical[f.name].name in present]
+                read = [field.name for field in physical.values() if field.name in present]
                 keep = _keep_mask(deleted, parquet.metadata.num_rows, where, path)
                 position = 0
                 if not read:  # only partition columns or columns the file predates: count rows

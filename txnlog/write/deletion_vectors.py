@@ -44,7 +44,7 @@ def write_deletion_vectors(
     for key, rows in rows_by_file.items():
         data, cardinality, largest = serialize_bitmap(rows)
         if len(data) <= max_inline_bytes:
-            descriptors[key] = inline_descriptor(rows)
+            descriptors[key] = inline_descriptor(data, cardinality, largest)
             continue
         pending.append((key, len(blob), len(data), cardinality, largest))
         blob += len(data).to_bytes(4, "big") + data + zlib.crc32(data).to_bytes(4, "big")
