@@ -27,6 +27,7 @@ LAYERS: dict[str, float] = {
     "txnlog.snapshot": 5,
     "txnlog.write": 6,
     "txnlog.txn": 7,
+    "txnlog.dml": 7.5,  # row-level DELETE/UPDATE/MERGE over Arrow: reads, writes, stages in a transaction
     "txnlog.table": 8,
     "txnlog": 9,  # the package's __init__: the public names
     # Engines: above everything in the core, never imported by it.
@@ -198,6 +199,7 @@ SURFACES = (
     "txnlog.log",
     "txnlog.txn",
     "txnlog.write",
+    "txnlog.dml",
 )
 
 

@@ -133,14 +133,22 @@ class ReadContext:
         filter_columns: Iterable[str] = (),
         store: LogStore | None = None,
         batch_rows: int = BATCH_ROWS,
+        row_index: str | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """The live rows of ``files`` (rows of ``Snapshot.files()``), file by file, as batches of
         :meth:`output_schema` ``(columns)``. ``row_filter`` (over logical names, reading
-        ``filter_columns`` besides ``columns``) keeps only the rows where it is true."""
+        ``filter_columns`` besides ``columns``) keeps only the rows where it is true.
+        ``row_index`` names an extra last column (int64) holding each row's physical position in
+        its file, the position a deletion vector names: what DML marks as deleted."""
         out_schema = self.output_schema(columns)
         wanted = [f.name for f in out_schema]
+        if row_index is not None and row_index.lower() in {f.name.lower() for f in self.schema}:
+            raise InvalidArgumentError(f"row_index {row_index!r} is a column of table {self.table_uri}; choose another name")
         extra = [f.name for f in self.output_schema(list(filter_columns)) if f.name not in wanted] if row_filter is not None else []
         read_schema = self.output_schema(wanted + extra)
+        if row_index is not None:
+            read_schema = read_schema.append(pa.field(row_index, pa.int64(), nullable=False))
+            wanted = [*wanted, row_index]
         if files.num_rows == 0:
             return
         store = store if store is not None else self.open_store()
@@ -162,6 +170,8 @@ class ReadContext:
     def read(self, files: pa.Table, **options: Any) -> pa.Table:
         """:meth:`batches` as one table."""
         schema = self.output_schema(options.get("columns"))
+        if options.get("row_index") is not None:
+            schema = schema.append(pa.field(options["row_index"], pa.int64(), nullable=False))
         return pa.Table.from_batches(list(self.batches(files, **options)), schema=schema)
 
     def _file_batches(
@@ -192,7 +202,9 @@ class ReadContext:
                     n = chunk if isinstance(chunk, int) else chunk.num_rows
                     arrays = []
                     for f in schema:
-                        if f.name in constants:
+                        if f.name not in physical and f.name not in constants:  # the row index
+                            arrays.append(pa.array(np.arange(position, position + n, dtype=np.int64)))
+                        elif f.name in constants:
                             arrays.append(pa.repeat(constants[f.name], n).cast(f.type))
                         elif isinstance(chunk, int) or physical[f.name].name not in present:
                             arrays.append(pa.nulls(n, f.type))

@@ -373,6 +373,22 @@ class OptimisticTransaction:
                 rule="changeDataFeed",
             )
 
+    def _check_deletion_vectors(self, config: TableConfiguration, files: FileActions) -> None:
+        """An add may carry a deletion vector only where the protocol has the feature."""
+        if config.deletion_vectors_supported or not files.num_adds:
+            return
+        if files.add_bodies is not None:
+            with_dv = [b["path"] for b in files.add_bodies if b.get("deletionVector")]
+        else:
+            assert files.adds is not None
+            with_dv = files.adds.filter(files.adds.column("deletion_vector").is_valid()).column("path").to_pylist()
+        if with_dv:
+            raise UnsupportedFeatureError(
+                f"table {self.uri} does not support deletion vectors, but the add of {with_dv[0]} has one; set "
+                f"{props.ENABLE_DELETION_VECTORS.key}=true first (it adds the deletionVectors feature)",
+                features=("deletionVectors",),
+            )
+
     def _isolation(self, config: TableConfiguration, files: FileActions) -> IsolationLevel:
         if files.changes_data() is False and self._metadata is None and not self._txns:
             return IsolationLevel.SNAPSHOT_ISOLATION  # compaction: rows are unchanged
@@ -476,6 +492,7 @@ class OptimisticTransaction:
         files = self._staging().to_commit()
         removes = files.removes
         self._check_protocol_rules(config, removes)
+        self._check_deletion_vectors(config, files)
         isolation = self._isolation(config, files)
         blind = self._is_blind_append(removes)
         txn_id = str(uuid.uuid4())

@@ -4,7 +4,18 @@ This ``__all__`` is what engines may use; the modules behind it are the core's o
 """
 
 from txnlog.write.context import WriteContext, WrittenFiles
+from txnlog.write.deletion_vectors import RowDeletes, delete_rows, union_rows, write_deletion_vectors
 from txnlog.write.parquet import write_data_files
 from txnlog.write.stats import StatsCollector, file_stats
 
-__all__ = ["StatsCollector", "WriteContext", "WrittenFiles", "file_stats", "write_data_files"]
+__all__ = [
+    "RowDeletes",
+    "StatsCollector",
+    "WriteContext",
+    "WrittenFiles",
+    "delete_rows",
+    "file_stats",
+    "union_rows",
+    "write_data_files",
+    "write_deletion_vectors",
+]
