@@ -1,18 +1,22 @@
-"""Readers and writers the Iceberg export tests share: txnlog writes, deltalake and pyiceberg read."""
+"""Readers and writers the Iceberg export tests share: txnlog writes, deltalake, DuckDB and pyiceberg read."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable
 from pyiceberg.table import StaticTable
 
 import txnlog
 from txnlog.iceberg import DELTA_VERSION_KEY
+from txnlog.write import delete_rows
 
 
 def local_path(uri: str) -> str:
@@ -114,3 +118,32 @@ def same_rows(got: pa.Table, expected: pa.Table, columns: list[str]) -> bool:
     b = pa.table({c: normal(expected, c) for c in columns})
     keys = [(c, "ascending") for c in columns]
     return a.sort_by(keys).combine_chunks().equals(b.sort_by(keys).combine_chunks())
+
+
+def duckdb_rows(uri: str) -> pa.Table:
+    """The table's rows as DuckDB's delta_scan (delta-kernel-rs) reads them: an independent
+    reader of deletion vectors (deltalake 1.6 refuses tables with them)."""
+    duckdb = pytest.importorskip("duckdb")
+    spec = importlib.util.find_spec("duckdb_ext")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("duckdb-ext-delta is not installed (DuckDB cannot download its delta extension here)")
+    con = duckdb.connect(config={"extension_directory": str(Path(next(iter(spec.submodule_search_locations))) / "extensions")})
+    con.sql("LOAD delta")
+    return con.sql(f"select * from delta_scan('{uri}')").fetch_arrow_table()
+
+
+def delete_rows_where(table: txnlog.Table, gone: Callable[[pa.Table], pa.Array]) -> txnlog.CommitResult:
+    """A merge-on-read DELETE (as txnlog's DML does it): the rows ``gone`` selects are marked in
+    deletion vectors, unioned with the vectors files already have, in one commit."""
+    snapshot = table.snapshot()
+    files, context = snapshot.files(), snapshot.read_context()
+    positions = []
+    for i in range(files.num_rows):
+        rows = context.read(files.slice(i, 1), row_index="__pos")
+        positions.append(rows.filter(gone(rows))["__pos"].combine_chunks())
+    deletes = delete_rows(table.store, files, positions, context.deleted_rows(files))
+    with table.transaction("DELETE") as txn:
+        txn.remove_files(deletes.removed)
+        txn.add_files(deletes.added)
+    assert txn.result is not None
+    return txn.result

@@ -17,7 +17,7 @@ from txnlog.iceberg import export
 from txnlog.storage import open_store
 from txnlog.testing import FaultInjectingStore
 
-from .helpers import canon, delta_rows, iceberg_rows, iceberg_table, snapshots_by_delta_version
+from .helpers import canon, delete_rows_where, delta_rows, iceberg_rows, iceberg_table, local_path, snapshots_by_delta_version
 
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string())])
 
@@ -106,20 +106,40 @@ def test_hook_failure_never_fails_the_commit_and_the_next_export_catches_up(tmp_
     assert canon(iceberg_rows(uri)) == canon(delta_rows(uri))
 
 
-def test_deletion_vectors_are_refused_naming_the_file(tmp_path):
-    uri, table = _table(tmp_path)
-    table.append(_rows(0))
-    snap = table.snapshot()
-    path = snap.files().column("path")[0].as_py()
+def _commit_vector(tmp_path, version: int, path: str, dv: dict) -> None:
+    """A hand-written commit giving the live file ``path`` the deletion vector ``dv``."""
     log = tmp_path / "t" / "_delta_log"
-    dv = {"storageType": "i", "pathOrInlineDv": "wi5b=000010000siXQKl0rr91000f", "offset": 1, "sizeInBytes": 36, "cardinality": 1}
     add = {**json.loads([ln for ln in (log / f"{1:020d}.json").read_text().splitlines() if '"add"' in ln][0])["add"], "deletionVector": dv}
     remove = {"path": path, "deletionTimestamp": 1, "dataChange": True}
     protocol = {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]}
-    (log / f"{2:020d}.json").write_text("\n".join(json.dumps(a) for a in ({"protocol": protocol}, {"remove": remove}, {"add": add})) + "\n")
+    (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in ({"protocol": protocol}, {"remove": remove}, {"add": add})) + "\n")
+
+
+def test_an_inline_deletion_vector_becomes_a_position_delete(tmp_path):
+    uri, table = _table(tmp_path, properties={"delta.enableDeletionVectors": "true"})
+    table.append(_rows(0, 10))
+    export(uri)
+    delete_rows_where(table, lambda rows: pa.array([v == 3 for v in rows["id"].to_pylist()]))
+    (vector,) = [v for v in table.snapshot().files()["deletion_vector"].to_pylist() if v is not None]
+    assert vector["storage_type"] == "i"  # one row: inline in the log, no vector file
+    export(uri)
+    assert canon(iceberg_rows(uri)) == canon(table.snapshot().to_arrow()) == canon(_rows(0, 10).filter(pa.array([i != 3 for i in range(10)])))
+
+
+def test_an_unreadable_deletion_vector_fails_the_export_naming_the_file(tmp_path):
+    """A vector file that is gone: the export stops, naming the data file, and the metadata
+    already written stays as it was (never a snapshot that shows deleted rows)."""
+    uri, table = _table(tmp_path)
+    table.append(_rows(0))
+    first = export(uri)
+    path = table.snapshot().files().column("path")[0].as_py()
+    missing = {"storageType": "u", "pathOrInlineDv": "J.Dy=B})x<YARTP5LcO1", "offset": 1, "sizeInBytes": 34, "cardinality": 1}
+    _commit_vector(tmp_path, 2, path, missing)
     with pytest.raises(TxnLogError, match=path) as caught:
         export(uri)
     assert "deletion vector" in str(caught.value)
+    assert local_path(iceberg_table(uri).metadata_location) == local_path(first.metadata_location or "")
+    assert sorted(snapshots_by_delta_version(uri)) == [1]
 
 
 def test_cli_export_iceberg_json(tmp_path):

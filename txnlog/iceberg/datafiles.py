@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.conversions import to_bytes
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -132,20 +131,6 @@ def _footer_rows(store: LogStore, relative: str | None, uri: str) -> int:
         raise IcebergExportError(f"cannot read the Parquet footer of {uri} for its row count: {e}") from e
 
 
-def refuse_deletion_vectors(files: pa.Table, where: str) -> None:
-    """Iceberg v2 readers would return rows a deletion vector removed: refuse, naming the file."""
-    dv = files.column("deletion_vector")
-    if dv.null_count == len(dv):
-        return
-    first = pc.index(pc.is_valid(dv), True).as_py()
-    path = files.column("path")[first].as_py()
-    raise IcebergExportError(
-        f"{where}: data file {path} has a deletion vector, which this Iceberg export cannot translate; "
-        "refusing to export rather than let Iceberg readers see deleted rows (purge the deletion vectors, "
-        "e.g. REORG TABLE ... APPLY (PURGE), then export again)"
-    )
-
-
 _StatsLists = list[tuple[int, PrimitiveType, bool, list[Any], list[Any], list[Any]]]
 #: Up to this many files, stats are decoded one by one (pyarrow's JSON reader costs more to start).
 _FEW_FILES = 64
@@ -230,12 +215,13 @@ def data_files(
     allow_absolute_paths: bool = False,
     version: int | None = None,
 ) -> list[DataFile]:
-    """One Iceberg DataFile per row of a Delta file list (``Snapshot.files()`` columns)."""
+    """One Iceberg DataFile per row of a Delta file list (``Snapshot.files()`` columns). A file's
+    deletion vector is not its concern: deletes.py writes it as a position delete file. The
+    record count and stats describe the physical file (Delta's numRecords counts deleted rows too,
+    and its bounds, tight or wide, hold every live row: what a reader skipping files needs)."""
     n = files.num_rows
     if n == 0:
         return []
-    where = f"table {store.root_uri}" + (f" version {version}" if version is not None else "")
-    refuse_deletion_vectors(files, where)
     schema = metadata.schema
     conf: Mapping[str, str] = metadata.configuration
     mapped = is_column_mapped(conf)

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import DataFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update import SetPropertiesUpdate
@@ -29,10 +30,11 @@ from txnlog import Table
 from txnlog import properties as props
 from txnlog.errors import FileAlreadyExistsError, TxnLogError
 from txnlog.iceberg.catalog import commit_to_catalog
-from txnlog.iceberg.datafiles import data_files, refuse_deletion_vectors
+from txnlog.iceberg.datafiles import data_files
+from txnlog.iceberg.deletes import position_delete_files
 from txnlog.iceberg.errors import IcebergExportError
 from txnlog.iceberg.file_io import StoreFileIO
-from txnlog.iceberg.manifests import FILE_INDEXES, ExportWork, commit_snapshot, current_manifests
+from txnlog.iceberg.manifests import ExportWork, commit_snapshot, current_manifests
 from txnlog.iceberg.metadata import (
     DELTA_TABLE_ID_KEY,
     DELTA_TIMESTAMP_KEY,
@@ -197,9 +199,7 @@ def _export(io: StoreFileIO, delta: DeltaSnapshot, full: bool) -> ExportResult:
         if reason is None:
             assert base is not None and last is not None
             work = ExportWork(io, base, current_manifests(io, base))
-            work.index = FILE_INDEXES.get_or(f"{io.store.root_uri}#{base.current_snapshot_id}")
-            if work.index is not None:
-                work.index = dict(work.index)
+            work.load_cached_indexes()
             _export_commits(work, delta, last)
         else:
             log.info("Iceberg export of %s rebuilds at version %d: %s", delta.uri, target, reason)
@@ -219,15 +219,13 @@ def _export(io: StoreFileIO, delta: DeltaSnapshot, full: bool) -> ExportResult:
             continue
         METADATA_FILES.put(location, final)
         io.store.put(VERSION_HINT, str(new_number).encode())
-        if work.index is not None and final.current_snapshot_id is not None:
-            FILE_INDEXES.put(f"{io.store.root_uri}#{final.current_snapshot_id}", work.index)
+        work.cache_indexes()
         return ExportResult(delta.uri, target, last, tuple(work.snapshot_ids), location, reason is not None, reason)
     raise IcebergExportError(f"Iceberg export of {delta.uri}: lost the race for the next metadata file {MAX_ATTEMPTS} times")
 
 
 def _rebuild(work: ExportWork, delta: DeltaSnapshot, reason: str) -> None:
     files = delta.files()
-    refuse_deletion_vectors(files, f"table {delta.uri} version {delta.version}")
     _sync_schema(work, delta.metadata)
     if files.num_rows == 0 and work.metadata.current_snapshot_id is None:
         # Nothing to read, nothing to replace (the create commit, or a table emptied before its
@@ -237,10 +235,19 @@ def _rebuild(work: ExportWork, delta: DeltaSnapshot, reason: str) -> None:
     dfs = data_files(
         files, delta.metadata, work.metadata.schema(), work.metadata.spec(), delta.store, allow_absolute_paths=delta.allow_absolute_paths, version=delta.version
     )
+    deletes = _position_deletes(work, delta, files, dfs)
     operation = Operation.APPEND if work.metadata.current_snapshot_id is None else Operation.OVERWRITE
     timestamp = _version_timestamp(delta)
     extra = {DELTA_VERSION_KEY: str(delta.version), DELTA_TIMESTAMP_KEY: str(timestamp), REBUILD_KEY: reason}
-    commit_snapshot(work, operation, dfs, set(), extra, timestamp, rebuild=True)
+    commit_snapshot(work, operation, dfs, set(), extra, timestamp, added_deletes=deletes, rebuild=True)
+
+
+def _position_deletes(work: ExportWork, delta: DeltaSnapshot, adds: pa.Table, dfs: list[DataFile]) -> list[DataFile]:
+    """The position delete files of the ``adds`` (as Iceberg data files ``dfs``) with a deletion vector."""
+    if adds.num_rows == 0 or adds.column("deletion_vector").null_count == adds.num_rows:
+        return []
+    vectors = delta.read_context().deleted_rows(adds, store=delta.store)
+    return position_delete_files(work.io, adds, dfs, vectors)
 
 
 def _version_timestamp(delta: DeltaSnapshot) -> int:
@@ -277,11 +284,6 @@ def _snapshot_at(delta: DeltaSnapshot, version: int) -> DeltaSnapshot:
 def _export_commit(work: ExportWork, delta: DeltaSnapshot, commit: Commit, adds: pa.Table, removes: pa.Table, metadata: Metadata) -> None:
     if adds.num_rows == 0 and removes.num_rows == 0:
         return
-    where = f"table {delta.uri} version {commit.version}"
-    if adds.num_rows:
-        refuse_deletion_vectors(adds, where)
-    if removes.num_rows and removes.column("deletion_vector").null_count != removes.num_rows:
-        refuse_deletion_vectors(removes.select(["path", "deletion_vector"]), where)
     removed = {
         locate(delta.uri, p, allow_absolute=delta.allow_absolute_paths, version=commit.version).uri for p in removes.column("path").to_pylist()
     }
@@ -297,6 +299,7 @@ def _export_commit(work: ExportWork, delta: DeltaSnapshot, commit: Commit, adds:
         added = adds.take(pa.array(fresh, pa.int64()))
     meta = work.metadata
     dfs = data_files(added, metadata, meta.schema(), meta.spec(), delta.store, allow_absolute_paths=delta.allow_absolute_paths, version=commit.version)
+    deletes = _position_deletes(work, delta, added, dfs)
     if not removed:
         operation = Operation.APPEND
     elif added.num_rows == 0:
@@ -310,7 +313,7 @@ def _export_commit(work: ExportWork, delta: DeltaSnapshot, commit: Commit, adds:
     info = commit.commit_info()
     if info is not None and getattr(info, "operation", None):
         extra[props.ICEBERG_DELTA_OPERATION_KEY] = str(info.operation)
-    commit_snapshot(work, operation, dfs, removed, extra, timestamp)
+    commit_snapshot(work, operation, dfs, removed, extra, timestamp, added_deletes=deletes)
 
 
 def _sync_schema(work: ExportWork, delta: Metadata) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from pyiceberg.manifest import (
+    ManifestContent,
     ManifestEntry,
     ManifestFile,
+    ManifestWriterV2,
     _inherit_from_manifest,
 )
 from pyiceberg.table.metadata import (
@@ -19,7 +21,7 @@ from pyiceberg.table.metadata import (
 )
 from pyiceberg.table.update import TableUpdate, _apply_table_update, _TableMetadataUpdateContext
 
-__all__ = ["apply_updates", "inherit_from_manifest", "new_snapshot_id"]
+__all__ = ["PositionDeleteManifestWriter", "apply_updates", "inherit_from_manifest", "new_snapshot_id"]
 
 
 def new_snapshot_id(taken: Collection[int]) -> int:
@@ -56,3 +58,20 @@ def inherit_from_manifest(entry: ManifestEntry, manifest: ManifestFile) -> Manif
     reading the manifest back.
     """
     return _inherit_from_manifest(entry, manifest)
+
+
+class PositionDeleteManifestWriter(ManifestWriterV2):
+    """A format v2 manifest of position delete files (manifest content ``deletes``).
+
+    pyiceberg 0.12 writes data manifests only; its v2 writer already writes any entry's content
+    and the v2 entry schema, and says "data" in two places, overridden here: ``content()`` (what
+    ``to_manifest_file`` puts in the manifest list) and ``_meta``'s ``content`` key (the Avro
+    file's metadata, which Iceberg Java reads).
+    """
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
