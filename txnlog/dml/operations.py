@@ -31,7 +31,7 @@ from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.rows import evaluate
 from txnlog.expressions.tree import Reference
-from txnlog.expressions.values import ValueExpression, condition_mask, evaluate_value
+from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value
 from txnlog.read import ReadContext
 from txnlog.snapshot import Snapshot
 from txnlog.txn.transaction import OptimisticTransaction
@@ -70,7 +70,7 @@ def _total_size(files: pa.Table) -> int:
 
 def _with_vector(files: pa.Table) -> int:
     """How many of ``files`` have a deletion vector."""
-    return files.num_rows - files.column("deletion_vector").null_count
+    return int(files.num_rows - files.column("deletion_vector").null_count)
 
 
 class _Scope:
@@ -82,7 +82,7 @@ class _Scope:
         self.default = default  # the sides an unqualified name may come from
         self.lowered = {alias: {n.lower(): n for n in rows.column_names} for alias, (rows, _) in sides.items()}
 
-    def resolver(self, text: str, num_rows: int) -> object:
+    def resolver(self, text: str) -> Resolver:
         def resolve(ref: Reference) -> pa.ChunkedArray:
             path = ref.path
             alias = path[0].lower() if len(path) > 1 and path[0].lower() in self.sides else None
@@ -117,10 +117,10 @@ class _Scope:
         return resolve
 
     def evaluate(self, node: ValueExpression, text: str, num_rows: int) -> pa.ChunkedArray:
-        return evaluate_value(node, self.resolver(text, num_rows), num_rows, text=text)  # type: ignore[arg-type]
+        return evaluate_value(node, self.resolver(text), num_rows, text=text)
 
     def mask(self, node: ValueExpression, text: str, num_rows: int) -> pa.ChunkedArray:
-        return condition_mask(node, self.resolver(text, num_rows), num_rows, text=text)  # type: ignore[arg-type]
+        return condition_mask(node, self.resolver(text), num_rows, text=text)
 
 
 def _parse(text: object, what: str) -> ValueExpression:

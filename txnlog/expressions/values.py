@@ -378,6 +378,7 @@ __all__ = [
     "LiteralValue",
     "NullTest",
     "Operation",
+    "Resolver",
     "ValueExpression",
     "condition_mask",
     "conjuncts",
