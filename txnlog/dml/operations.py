@@ -60,6 +60,14 @@ def _snapshot(txn: OptimisticTransaction, what: str) -> Snapshot:
     return txn.snapshot
 
 
+def _predicate(snapshot: Snapshot, text: str, what: str) -> FilePredicate:
+    """``text`` bound to the table; its errors also name the table."""
+    try:
+        return snapshot.predicate(text)
+    except InvalidPredicateError as e:
+        raise InvalidPredicateError(f"{what} on table {snapshot.uri}: {e}", predicate=text) from None
+
+
 def _ms(start: float) -> int:
     return int((time.monotonic() - start) * 1000)
 
@@ -261,7 +269,7 @@ def delete(txn: OptimisticTransaction, predicate: str) -> DmlResult:
     snapshot = _snapshot(txn, "delete")
     if not isinstance(predicate, str):
         raise InvalidArgumentTypeError(f"delete() takes the predicate as SQL text, got {type(predicate).__name__}")
-    condition = snapshot.predicate(predicate)
+    condition = _predicate(snapshot, predicate, "delete")
     _record_predicate(txn, predicate)
     candidates = txn.filter_files(condition)
     ctx = snapshot.read_context()
@@ -343,7 +351,7 @@ def update(txn: OptimisticTransaction, predicate: str | None, set: Mapping[str, 
         values[by_lower[name.lower()]] = (_parse(text, f"update() set[{name!r}]"), text)
     empty = _Scope({"t": (schema.empty_table(), f"table {txn.uri}")}, default=["t"])
     _check_expressions(empty, list(values.values()))
-    condition = snapshot.predicate(predicate if predicate is not None else "TRUE")
+    condition = _predicate(snapshot, predicate if predicate is not None else "TRUE", "update")
     _record_predicate(txn, predicate if predicate is not None else "true")
     candidates = txn.filter_files(condition)
     positions = _matching_positions(ctx, candidates, condition)
