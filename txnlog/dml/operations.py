@@ -475,11 +475,10 @@ def merge(
         names=[f"t.{c}" for c in columns] + [f"s.{c}" if c != SOURCE_ROW else c for c in src.column_names],
     )
     empty_scope = _PrefixedScope(joined_empty, columns, source_columns, txn.uri)
-    checks = list(update_values.values()) + residual + ([delete_condition] if delete_condition else [])
-    _check_expressions(empty_scope, checks)
+    _check_expressions(empty_scope, list(update_values.values()))
     _check_expressions(_PrefixedScope(joined_empty, columns, source_columns, txn.uri, with_target=False), list(insert_values.values()))
     for node, text in residual + ([delete_condition] if delete_condition else []):
-        empty_scope.mask(node, text, 0)
+        empty_scope.mask(node, text, 0)  # and each condition is boolean
 
     metrics: Metrics = {"numSourceRows": src.num_rows}
     if src.num_rows == 0:
