@@ -15,6 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from txnlog import dml
+from txnlog.dml import DmlResult
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError
 from txnlog.log import history as _history
 from txnlog.log.filenames import LOG_DIR
@@ -225,6 +227,60 @@ class Table:
                 txn.set_app_transaction(app_id, app_version)
             txn.write(data)
         return txn.result
+
+    # -- row-level changes ------------------------------------------------------------------
+    #
+    # Each opens a transaction, stages the change with txnlog.dml, and commits. A change that
+    # touches no row commits nothing and returns None (as append() does when skipped); the
+    # metrics are in the commit's operationMetrics (``history(1)[0]``), not returned.
+
+    def delete(self, predicate: str, *, isolation: IsolationLevel | str | None = None) -> CommitResult | None:
+        """``DELETE WHERE predicate`` (SQL over the table's columns); the committed version, or
+        None when no row matched. Deletion vectors where the table enables them, else the files
+        holding a matching row are rewritten."""
+        with self.transaction("DELETE", isolation) as txn:
+            return self._commit_if_changed(txn, dml.delete(txn, predicate))
+
+    def update(
+        self, predicate: str | None = None, set: Mapping[str, str] | None = None, *, isolation: IsolationLevel | str | None = None  # noqa: A002
+    ) -> CommitResult | None:
+        """``UPDATE SET column = expression ... WHERE predicate`` (every row when ``predicate`` is
+        None); ``set`` maps columns to SQL expressions over the row. The committed version, or
+        None when no row matched."""
+        with self.transaction("UPDATE", isolation) as txn:
+            return self._commit_if_changed(txn, dml.update(txn, predicate, set or {}))
+
+    def merge(
+        self,
+        source: pa.Table | pa.RecordBatchReader,
+        on: str | Sequence[str],
+        *,
+        when_matched_update: Mapping[str, str] | str | None = None,
+        when_matched_delete: bool | str = False,
+        when_not_matched_insert: Mapping[str, str] | str | None = None,
+        isolation: IsolationLevel | str | None = None,
+    ) -> CommitResult | None:
+        """``MERGE INTO`` this table (alias ``t``) ``USING source`` (alias ``s``, Arrow data).
+
+        ``on``: a key column, a list of them, or a SQL condition with at least one ``t.x = s.y``.
+        ``when_matched_update``: {column: expression} or ``"*"`` (every column from the source);
+        ``when_matched_delete``: True or a condition, checked before the update;
+        ``when_not_matched_insert``: {column: expression over ``s``} or ``"*"``. A target row that
+        two source rows match raises DuplicateMatchError before anything is written. The
+        committed version, or None when nothing changed."""
+        with self.transaction("MERGE", isolation) as txn:
+            result = dml.merge(
+                txn, source, on, when_matched_update=when_matched_update, when_matched_delete=when_matched_delete,
+                when_not_matched_insert=when_not_matched_insert,
+            )
+            return self._commit_if_changed(txn, result)
+
+    @staticmethod
+    def _commit_if_changed(txn: OptimisticTransaction, result: DmlResult) -> CommitResult | None:
+        if not result.changed:
+            txn.abort()
+            return None
+        return txn.commit()
 
     # -- history and time -------------------------------------------------------------------
 

@@ -8,11 +8,13 @@ stats (skipping) and on rows (filtering).
 - :mod:`~txnlog.expressions.binding`: a tree resolved against a schema (types, physical names).
 - :mod:`~txnlog.expressions.stats`: may a file hold a matching row (partition values, min/max/nullCount).
 - :mod:`~txnlog.expressions.rows`: the Arrow expression true exactly on the matching rows.
+- :mod:`~txnlog.expressions.values`: value expressions (``amount * 2``, ``CASE``, ``upper(x)``)
+  for DML's SET clauses and MERGE conditions, parsed by :func:`parse_value`, computed on Arrow.
 - :class:`FilePredicate`: all of it for one table, parsed and bound once.
 """
 
 from txnlog.expressions.binding import MAX_PREDICATE_TERMS, BoundExpression, bind
-from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse
+from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse, parse_value
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.rows import row_filter
 from txnlog.expressions.stats import may_match
@@ -52,6 +54,7 @@ from txnlog.expressions.tree import (
     or_,
     starts_with,
 )
+from txnlog.expressions.values import ValueExpression, condition_mask, evaluate_value
 
 __all__ = [
     "ALWAYS_FALSE",
@@ -71,15 +74,18 @@ __all__ = [
     "Like",
     "Or",
     "Reference",
+    "ValueExpression",
     "and_",
     "bind",
     "column",
     "compare",
+    "condition_mask",
     "conjunction",
     "contains",
     "ends_with",
     "equal",
     "equal_null_safe",
+    "evaluate_value",
     "greater_than",
     "greater_than_or_equal",
     "is_in",
@@ -95,6 +101,7 @@ __all__ = [
     "not_in",
     "or_",
     "parse",
+    "parse_value",
     "row_filter",
     "starts_with",
 ]

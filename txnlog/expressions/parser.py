@@ -10,7 +10,7 @@ from __future__ import annotations
 import decimal
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,11 +31,25 @@ from txnlog.expressions.tree import (
     equal_null_safe,
     or_,
 )
+from txnlog.expressions.values import (
+    CaseValue,
+    CastValue,
+    ColumnValue,
+    FunctionCall,
+    InList,
+    LikeValue,
+    LiteralValue,
+    NullTest,
+    Operation,
+    ValueExpression,
+)
 
 # Deeper nesting (parentheses, NOT chains) is refused: the SQL parser recurses per level.
 MAX_PREDICATE_NESTING = 32
 # Longer predicates are refused rather than parsed.
 MAX_PREDICATE_TOKENS = 200_000
+
+T = TypeVar("T")
 
 _US_TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
 _US_TIMESTAMP = pa.timestamp("us")
@@ -93,6 +107,17 @@ def parse(sql: str) -> Expression:
         raise InvalidPredicateError(f"a predicate must be SQL text, not {type(sql).__name__}", predicate=repr(sql))
     _load_sqlglot()
     return _Parser(sql).parse()
+
+
+def parse_value(sql: str) -> ValueExpression:
+    """The SQL value expression ``sql`` (``amount * 2``, ``upper(s.name)``, ``t.id = s.id AND
+    s.op <> 'D'``) as a :mod:`txnlog.expressions.values` tree. Columns are not resolved here;
+    qualified names (``t.id``) keep their qualifier as the reference's first name."""
+    if not isinstance(sql, str):
+        raise InvalidPredicateError(f"an expression must be SQL text, not {type(sql).__name__}", predicate=repr(sql))
+    _load_sqlglot()
+    parser = _Parser(sql, "expression")
+    return parser.parse_with(parser.value)
 
 
 # --- the parser's errors, in the user's words -------------------------------------------------
@@ -245,20 +270,24 @@ def _construct(e: exp.Expression) -> str:
 
 
 class _Parser:
-    def __init__(self, sql: str) -> None:
+    def __init__(self, sql: str, noun: str = "predicate") -> None:
         self.sql = sql
+        self.noun = noun
 
     def error(self, what: str) -> InvalidPredicateError:
-        return InvalidPredicateError(f"predicate {self.sql!r} {what}", predicate=self.sql)
+        return InvalidPredicateError(f"{self.noun} {self.sql!r} {what}", predicate=self.sql)
 
     def parse(self) -> Expression:
+        return self.parse_with(self.build)
+
+    def parse_with(self, build: Callable[[exp.Expression], T]) -> T:
         if not self.check_shape():
             raise self.error("cannot parse: nothing to parse (the text is empty)")
         try:
             parsed = sqlglot.parse_one(self.sql, read=_SQL.dialect)
             if not isinstance(parsed, exp.Expression):
                 raise self.error("cannot parse: nothing to parse (the text is empty)")
-            return self.build(parsed)
+            return build(parsed)
         except sqlglot.errors.TokenError:
             raise self.error(f"cannot parse: {_token_error(self.sql)}") from None
         except sqlglot.errors.ParseError as e:
@@ -429,6 +458,108 @@ class _Parser:
                     ignore_case=isinstance(e, exp.ILike))
         return node.negate() if e.args.get("negate") else node
 
+    # -- value expressions ------------------------------------------------------------------
+
+    def value(self, e: exp.Expression) -> ValueExpression:
+        """``e`` as a value expression (arithmetic, functions, CASE, conditions)."""
+        e = self.unparen(e)
+        if isinstance(e, (exp.Column, exp.Dot)):
+            return ColumnValue(self.reference(e))
+        if isinstance(e, (exp.Null, exp.Boolean, exp.Literal, exp.HexString)):
+            return LiteralValue(self.literal(e))
+        if isinstance(e, exp.Neg):
+            inner = self.value(e.this)
+            if isinstance(inner, LiteralValue):
+                return LiteralValue(self.literal(e))
+            return Operation("NEG", (inner,))
+        if isinstance(e, exp.Not):
+            return Operation("NOT", (self.value(e.this),))
+        binary = self.binary_operator(e)
+        if binary is not None:
+            return Operation(binary, (self.value(e.this), self.value(e.expression)))
+        if isinstance(e, exp.Between):
+            operand = self.value(e.this)
+            low = Operation(">=", (operand, self.value(e.args["low"])))
+            return Operation("AND", (low, Operation("<=", (operand, self.value(e.args["high"])))))
+        if isinstance(e, exp.In):
+            if e.args.get("query") is not None or e.args.get("unnest") is not None or e.args.get("field") is not None:
+                raise self.unsupported(e, "IN with a subquery")
+            if not e.expressions:
+                raise self.error("has an empty IN list")
+            return InList(self.value(e.this), tuple(self.value(item) for item in e.expressions))
+        if isinstance(e, exp.Is):
+            what = self.unparen(e.expression)
+            if isinstance(what, exp.Null):
+                return NullTest(self.value(e.this))
+            if isinstance(what, exp.Boolean):  # never NULL
+                return Operation("<=>", (self.value(e.this), LiteralValue(pa.scalar(bool(what.this)))))
+            raise self.unsupported(e, "IS with something other than NULL, TRUE or FALSE")
+        if isinstance(e, (exp.Like, exp.ILike)):
+            pattern = self.literal(e.expression)
+            if pattern is not None and not is_string(pattern.type):
+                raise self.error(f"uses a non-string LIKE pattern {pattern.as_py()!r}")
+            return LikeValue(self.value(e.this), None if pattern is None else pattern.as_py(), ignore_case=isinstance(e, exp.ILike))
+        if isinstance(e, exp.Case):
+            return self.case(e)
+        if isinstance(e, exp.If):
+            return CaseValue(((self.value(e.this), self.value(e.args["true"])),), self.optional(e.args.get("false")))
+        if isinstance(e, (exp.Cast, exp.TryCast)):  # the Spark dialect reads CAST as TryCast
+            return CastValue(self.value(e.this), self.sql_type(e.to))
+        if isinstance(e, exp.Func):
+            return self.function(e)
+        if isinstance(e, exp.Alias):
+            after = e.this.sql(dialect=_SQL.dialect)
+            raise self.error(f"cannot parse: has an unexpected {e.alias!r} after {after!r}")
+        raise self.unsupported(e)
+
+    def optional(self, e: exp.Expression | None) -> ValueExpression | None:
+        return None if e is None else self.value(e)
+
+    def binary_operator(self, e: exp.Expression) -> str | None:
+        if type(e) in _SQL.comparisons:
+            return _SQL.comparisons[type(e)]
+        ops: dict[type[exp.Expression], str] = {
+            exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.DPipe: "||",
+            exp.And: "AND", exp.Or: "OR", exp.NullSafeEQ: "<=>",
+        }
+        if type(e) in ops:
+            return ops[type(e)]
+        if isinstance(e, exp.NullSafeNEQ):
+            raise self.unsupported(e, "IS DISTINCT FROM (write NOT (a <=> b))")
+        return None
+
+    def case(self, e: exp.Case) -> ValueExpression:
+        subject = self.optional(e.this)
+        branches = []
+        for branch in e.args.get("ifs") or []:
+            condition = self.value(branch.this)
+            if subject is not None:  # CASE x WHEN v THEN ...: x = v
+                condition = Operation("=", (subject, condition))
+            branches.append((condition, self.value(branch.args["true"])))
+        return CaseValue(tuple(branches), self.optional(e.args.get("default")))
+
+    def function(self, e: exp.Func) -> ValueExpression:
+        if isinstance(e, exp.Anonymous):
+            return FunctionCall(str(e.name).lower(), tuple(self.value(a) for a in e.expressions))
+        name = e.sql_name().lower()
+        if isinstance(e, (exp.Coalesce, exp.Concat)):
+            first = [] if isinstance(e, exp.Concat) else [e.this]
+            return FunctionCall("coalesce" if isinstance(e, exp.Coalesce) else "concat",
+                                tuple(self.value(a) for a in [*first, *e.expressions]))
+        if isinstance(e, exp.Trim) and e.args.get("expression") is None:
+            position = str(e.args.get("position") or "").upper()
+            return FunctionCall({"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim"), (self.value(e.this),))
+        if isinstance(e, exp.Nullif):
+            return FunctionCall("nullif", (self.value(e.this), self.value(e.expression)))
+        # Any other function: its operands in sqlglot's argument order, so the columns it
+        # reads are known even where txnlog cannot compute it.
+        args: list[ValueExpression] = []
+        for arg in e.args.values():
+            for item in arg if isinstance(arg, list) else [arg]:
+                if isinstance(item, exp.Expression) and not isinstance(item, (exp.DataType, exp.Var)):
+                    args.append(self.value(item))
+        return FunctionCall(name, tuple(args))
+
     # -- literals ---------------------------------------------------------------------------
 
     def literal(self, e: exp.Expression) -> pa.Scalar | None:
@@ -503,4 +634,4 @@ class _Parser:
         raise self.error(f"casts to unsupported type {dt.sql(dialect=_SQL.dialect)}")
 
 
-__all__ = ["MAX_PREDICATE_NESTING", "MAX_PREDICATE_TOKENS", "parse"]
+__all__ = ["MAX_PREDICATE_NESTING", "MAX_PREDICATE_TOKENS", "parse", "parse_value"]

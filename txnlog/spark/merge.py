@@ -21,11 +21,7 @@ Conditions are Spark SQL over two aliases: ``t`` (the target) and ``s`` (the sou
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
 import logging
-import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,14 +29,14 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import sqlglot
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
-from sqlglot import exp
 
 from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table
-from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError
+from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters
+from txnlog.dml import assignments as _assignments
+from txnlog.errors import DuplicateMatchError, InvalidArgumentError
 from txnlog.spark.common import quote_column
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
 from txnlog.spark.reader import read_files
@@ -50,9 +46,6 @@ log = logging.getLogger(__name__)
 
 FILE_COLUMN = "__txnlog_file"
 SOURCE_ROW_COLUMN = "__txnlog_source_row"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-Assignments = Mapping[str, str] | str | None
 
 
 @dataclass(frozen=True)
@@ -63,138 +56,6 @@ class MergeMetrics:
     target_files_scanned: int = 0
     target_files_removed: int = 0
     target_files_added: int = 0
-
-
-@dataclass(frozen=True)
-class MergeCondition:
-    """The ON clause: its Spark SQL text and the ``t.x = s.y`` equalities in its top-level AND."""
-
-    sql: str
-    pairs: tuple[tuple[str, str], ...]  # (target column, source column)
-
-    @classmethod
-    def parse(cls, on: str | Sequence[str]) -> MergeCondition:
-        if isinstance(on, str) and _IDENTIFIER.match(on.strip()):
-            on = [on.strip()]
-        if not isinstance(on, str):
-            names = list(on)
-            if not names or not all(isinstance(n, str) and n for n in names):
-                raise InvalidArgumentError(f"merge on= must name at least one key column, got {on!r}")
-            pairs = tuple((n, n) for n in names)
-            return cls(" AND ".join(f"t.{quote_column(t)} = s.{quote_column(s)}" for t, s in pairs), pairs)
-        try:
-            tree = sqlglot.parse_one(on, read="spark")
-        except sqlglot.errors.SqlglotError as e:
-            raise InvalidArgumentError(f"merge condition {on!r} cannot be parsed: {str(e).splitlines()[0]}") from None
-        found: list[tuple[str, str]] = []
-        for term in _conjuncts(tree):
-            if isinstance(term, exp.EQ):
-                sides = {_qualified(term.left), _qualified(term.right)}
-                t_col = next((c for q, c in sides if q == "t"), None)
-                s_col = next((c for q, c in sides if q == "s"), None)
-                if t_col is not None and s_col is not None:
-                    found.append((t_col, s_col))
-        if not found:
-            raise InvalidArgumentError(
-                f"merge condition {on!r} needs at least one equality between a target and a source column "
-                "(e.g. 't.id = s.id'; the aliases are t and s)"
-            )
-        return cls(on, tuple(found))
-
-
-def _conjuncts(node: Any) -> list[Any]:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.left) + _conjuncts(node.right)
-    return [node]
-
-
-def _qualified(node: Any) -> tuple[str | None, str | None]:
-    if isinstance(node, exp.Column) and node.table:
-        return node.table.lower(), node.name
-    return None, None
-
-
-# -- the source's key range as a predicate on the target -------------------------------------
-
-
-def _sql_literal(value: Any) -> str | None:
-    """``value`` as a SQL literal txnlog.expressions reads exactly, or None (no pruning on it)."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else None
-    if isinstance(value, decimal.Decimal):
-        return str(value) if value.is_finite() else None
-    if isinstance(value, str):
-        return None if ("'" in value or "\\" in value) else f"'{value}'"
-    if isinstance(value, _dt.datetime):
-        return None  # the session time zone decides what a naive datetime means: do not guess
-    if isinstance(value, _dt.date):
-        return f"DATE '{value.isoformat()}'"
-    return None
-
-
-def key_range_predicate(pairs: Sequence[tuple[str, str]], bounds: Mapping[str, tuple[Any, Any]]) -> str | None:
-    """``t >= min AND t <= max`` for each key pair whose source bounds are known, or None."""
-    terms = []
-    for target, source in pairs:
-        low, high = bounds.get(source, (None, None))
-        lo, hi = _sql_literal(low), _sql_literal(high)
-        if lo is not None and hi is not None:
-            terms.append(f"{quote_column(target)} >= {lo} AND {quote_column(target)} <= {hi}")
-    return " AND ".join(terms) if terms else None
-
-
-# -- assignments ----------------------------------------------------------------------------
-
-
-def _assignments(what: str, value: Assignments, columns: Sequence[str], source_columns: Sequence[str]) -> dict[str, str] | None:
-    """Normalise an update/insert clause to {target column: Spark SQL expression}."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        if value != "*":
-            raise InvalidArgumentError(f"{what} must be a dict of column -> expression or '*', got {value!r}")
-        lowered = {c.lower(): c for c in source_columns}
-        missing = [c for c in columns if c.lower() not in lowered]
-        if missing and what == "when_matched_update":
-            raise InvalidArgumentError(f"{what}='*' needs every target column in the source; missing {missing}")
-        return {c: f"s.{quote_column(lowered[c.lower()])}" for c in columns if c.lower() in lowered}
-    if not isinstance(value, Mapping):
-        raise InvalidArgumentTypeError(f"{what} must be a dict of column -> expression or '*', got {type(value).__name__}")
-    by_lower = {c.lower(): c for c in columns}
-    out: dict[str, str] = {}
-    for name, expression in value.items():
-        if not isinstance(name, str) or name.lower() not in by_lower:
-            raise InvalidArgumentError(f"{what} sets {name!r}, which is not a column of the target table (columns: {list(columns)})")
-        if not isinstance(expression, str):
-            raise InvalidArgumentTypeError(f"{what}[{name!r}] must be a Spark SQL expression string, got {type(expression).__name__}")
-        out[by_lower[name.lower()]] = expression
-    return out
-
-
-def merge_parameters(
-    on: str | Sequence[str], when_matched_update: Assignments, when_matched_delete: bool | str, when_not_matched_insert: Assignments
-) -> dict[str, Any]:
-    """The MERGE commit's ``operationParameters`` in delta-spark's form: ``predicate`` the list
-    of ON conditions, and per clause kind the list of clauses in the order they apply, each
-    ``{"predicate": condition, "actionType": ...}`` (no ``predicate`` when unconditional). A
-    matched row is deleted before it is updated, so the delete clause comes first."""
-    matched: list[dict[str, str]] = []
-    if when_matched_delete:
-        matched.append({"actionType": "delete"} if when_matched_delete is True else {"predicate": str(when_matched_delete), "actionType": "delete"})
-    if when_matched_update is not None:
-        matched.append({"actionType": "update"})
-    return {
-        "predicate": [MergeCondition.parse(on).sql],
-        "matchedPredicates": matched,
-        "notMatchedPredicates": [{"actionType": "insert"}] if when_not_matched_insert is not None else [],
-        "notMatchedBySourcePredicates": [],
-    }
 
 
 def _open(uri: str | Table, storage_options: Mapping[str, Any] | None) -> Table:

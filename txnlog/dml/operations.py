@@ -1,0 +1,673 @@
+"""DELETE, UPDATE and MERGE over Arrow, staged in an open transaction (the caller commits).
+
+Two ways to change a row, chosen by the table (``delta.enableDeletionVectors``):
+
+- merge-on-read (deletion vectors): a deleted or replaced row's position is added to its file's
+  deletion vector (one vector file for all of them, old vectors unioned), and only the new row
+  versions are written;
+- copy-on-write: a file holding a changed row is rewritten with its other rows copied; a DELETE
+  whose predicate names only partition columns removes the files it matches, unread.
+
+Every operation first skips files by stats (``txn.filter_files``: the predicate and the files
+are recorded as read, so a concurrent commit that adds matching rows or removes a read file
+conflicts), then reads the candidates file by file: a pass over the columns the condition needs
+finds the changed rows, a second pass over the changed files alone writes their new contents.
+The metrics are delta-spark's names; they are also recorded as the commit's operation metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_range_predicate, merge_parameters
+from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError
+from txnlog.expressions.parser import parse_value
+from txnlog.expressions.predicate import FilePredicate
+from txnlog.expressions.rows import evaluate
+from txnlog.expressions.tree import Reference
+from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value
+from txnlog.read import ReadContext
+from txnlog.snapshot import Snapshot
+from txnlog.txn.transaction import OptimisticTransaction
+from txnlog.write import delete_rows
+
+ROW_INDEX = "__txnlog_row_index"
+SOURCE_ROW = "__txnlog_source_row"
+Metrics = dict[str, int]
+
+
+@dataclass(frozen=True)
+class DmlResult:
+    """What a DELETE, UPDATE or MERGE staged: its operation metrics (delta-spark's names, also
+    recorded in the commit), and whether it staged any file action (False: nothing to commit)."""
+
+    metrics: Mapping[str, int]
+    changed: bool
+
+
+# --- shared pieces -------------------------------------------------------------------------------
+
+
+def _snapshot(txn: OptimisticTransaction, what: str) -> Snapshot:
+    if txn.snapshot is None:
+        raise InvalidArgumentError(f"{what} on {txn.uri}: the table does not exist yet")
+    return txn.snapshot
+
+
+def _predicate(snapshot: Snapshot, text: str, what: str) -> FilePredicate:
+    """``text`` bound to the table; its errors also name the table."""
+    try:
+        return snapshot.predicate(text)
+    except InvalidPredicateError as e:
+        raise InvalidPredicateError(f"{what} on table {snapshot.uri}: {e}", predicate=text) from None
+
+
+def _ms(start: float) -> int:
+    return int((time.monotonic() - start) * 1000)
+
+
+def _total_size(files: pa.Table) -> int:
+    return int(pc.sum(files.column("size")).as_py() or 0) if files.num_rows else 0
+
+
+def _with_vector(files: pa.Table) -> int:
+    """How many of ``files`` have a deletion vector."""
+    return int(files.num_rows - files.column("deletion_vector").null_count)
+
+
+class _Scope:
+    """What a column reference means in one expression: unqualified names, or ``t.``/``s.``
+    qualified ones, resolved case-insensitively against one or two sides' columns."""
+
+    def __init__(self, sides: Mapping[str, tuple[pa.Table, str]], *, default: Sequence[str]) -> None:
+        self.sides = sides  # alias -> (rows, what they are, e.g. "table file:///t")
+        self.default = default  # the sides an unqualified name may come from
+        self.lowered = {alias: {n.lower(): n for n in rows.column_names} for alias, (rows, _) in sides.items()}
+
+    def resolver(self, text: str) -> Resolver:
+        def resolve(ref: Reference) -> pa.ChunkedArray:
+            path = ref.path
+            alias = path[0].lower() if len(path) > 1 and path[0].lower() in self.sides else None
+            if alias is not None:
+                candidates, rest = [alias], path[1:]
+            else:
+                candidates, rest = [a for a in self.default if path[0].lower() in self.lowered[a]], path
+                if len(candidates) > 1:
+                    raise InvalidPredicateError(
+                        f"expression {text!r} names column {path[0]!r}, which both {' and '.join(self.sides[a][1] for a in candidates)} "
+                        f"have: qualify it ({', '.join(f'{a}.{path[0]}' for a in candidates)})", predicate=text)
+                if not candidates:
+                    where = " or ".join(self.sides[a][1] for a in self.default)
+                    raise InvalidPredicateError(f"expression {text!r} names column {path[0]!r}, which {where} does not have", predicate=text)
+            side = candidates[0]
+            rows, what = self.sides[side]
+            name = self.lowered[side].get(rest[0].lower())
+            if name is None:
+                columns = ", ".join(rows.column_names)
+                raise InvalidPredicateError(
+                    f"expression {text!r} names column {'.'.join(path)!r}, which {what} does not have (columns: {columns})", predicate=text)
+            values: pa.ChunkedArray = rows.column(name)
+            for part in rest[1:]:
+                if not pa.types.is_struct(values.type):
+                    raise InvalidPredicateError(f"expression {text!r}: {'.'.join(path)!r} is not a field of a struct", predicate=text)
+                index = {values.type.field(i).name.lower(): i for i in range(values.type.num_fields)}.get(part.lower())
+                if index is None:
+                    raise InvalidPredicateError(f"expression {text!r} names field {'.'.join(path)!r}, which {what} does not have", predicate=text)
+                values = pc.struct_field(values, [index])
+            return values
+
+        return resolve
+
+    def evaluate(self, node: ValueExpression, text: str, num_rows: int) -> pa.ChunkedArray:
+        return evaluate_value(node, self.resolver(text), num_rows, text=text)
+
+    def mask(self, node: ValueExpression, text: str, num_rows: int) -> pa.ChunkedArray:
+        return condition_mask(node, self.resolver(text), num_rows, text=text)
+
+
+def _parse(text: object, what: str) -> ValueExpression:
+    if not isinstance(text, str):
+        raise InvalidArgumentTypeError(f"{what} must be a SQL expression string, got {type(text).__name__}")
+    return parse_value(text)
+
+
+def _cast_to(values: pa.ChunkedArray, target: pa.Field, *, table: str, what: str, text: str) -> pa.ChunkedArray:
+    """``values`` as column ``target``'s type: numbers are narrowed (fractions truncated, as SQL's
+    assignment does), but a value that does not fit, or text that is not a number, is an error."""
+    if values.type == target.type:
+        return values
+    if values.type == pa.null():
+        return pa.chunked_array([pa.nulls(len(values), target.type)], target.type)
+    options = pc.CastOptions(target.type, allow_float_truncate=True, allow_decimal_truncate=True)
+    try:
+        return pc.cast(values, options=options)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        message = str(e).splitlines()[0]
+        raise InvalidArgumentError(
+            f"{what} sets column {target.name!r} of table {table} to {text!r}, whose value cannot be cast to {target.type}: {message}"
+        ) from None
+
+
+def _files_at(files: pa.Table, indexes: Sequence[int]) -> pa.Table:
+    return files.take(pa.array(indexes, pa.int64()))
+
+
+def _matching_positions(ctx: ReadContext, files: pa.Table, predicate: FilePredicate) -> list[pa.Array]:
+    """Per file: the physical positions of its live rows on which ``predicate`` is TRUE (only the
+    predicate's columns are read)."""
+    out = []
+    for i in range(files.num_rows):
+        rows = ctx.read(files.slice(i, 1), columns=[], row_filter=predicate.row_filter(), filter_columns=predicate.columns, row_index=ROW_INDEX)
+        out.append(rows.column(ROW_INDEX).combine_chunks())
+    return out
+
+
+@dataclass
+class _RowChanges:
+    """What a DML stages: rows to write, positions to mark deleted (DV mode), files to drop."""
+
+    dv_mode: bool
+    positions: dict[int, pa.Array] = field(default_factory=dict)  # file index -> rows deleted by DV
+    rewritten: list[int] = field(default_factory=list)  # file indexes removed (copy-on-write)
+    copied_rows: int = 0
+
+
+def _stage(txn: OptimisticTransaction, snapshot: Snapshot, candidates: pa.Table, changes: _RowChanges,
+           new_rows: Iterator[pa.RecordBatch], schema: pa.Schema) -> Metrics:
+    """Write ``new_rows`` (a lazy stream: it fills ``changes`` as it goes), then stage the
+    removes and the deletion vectors. File counts as delta-spark reports them: a file whose
+    vector changes is not counted as removed nor added (its remove+add pair only swaps the
+    vector); only new data files are added and only dropped files are removed."""
+    start = time.monotonic()
+    written = [0]
+
+    def counted() -> Iterator[pa.RecordBatch]:
+        for batch in new_rows:
+            written[0] += batch.num_rows
+            yield batch
+
+    adds = txn.write(pa.RecordBatchReader.from_batches(schema, counted()))
+    metrics: Metrics = {
+        # The transaction's own counts would include a vector's remove+add: these are the data.
+        "numFiles": len(adds),
+        "numOutputRows": written[0],
+        "numOutputBytes": sum(a.size for a in adds),
+        "numAddedFiles": len(adds),
+        "numAddedBytes": sum(a.size for a in adds),
+        "numCopiedRows": changes.copied_rows,
+        "numDeletionVectorsAdded": 0,
+        "numDeletionVectorsUpdated": 0,
+        "numDeletionVectorsRemoved": 0,
+        "numAddedChangeFiles": 0,
+    }
+    if changes.dv_mode and changes.positions:
+        indexes = sorted(changes.positions)
+        touched = _files_at(candidates, indexes)
+        ctx = snapshot.read_context()
+        deletes = delete_rows(snapshot.store, touched, [changes.positions[i] for i in indexes], ctx.deleted_rows(touched))
+        txn.remove_files(deletes.removed)
+        txn.add_files(deletes.added)
+        kept = set(deletes.added.column("path").to_pylist())
+        dropped = deletes.removed.filter(pc.invert(pc.is_in(deletes.removed.column("path"), pa.array(sorted(kept), pa.string()))))
+        metrics.update(
+            numRemovedFiles=dropped.num_rows,
+            numRemovedBytes=_total_size(dropped),
+            numDeletionVectorsAdded=deletes.vectors_added,
+            numDeletionVectorsUpdated=deletes.vectors_updated,
+            numDeletionVectorsRemoved=deletes.vectors_removed,
+        )
+    else:
+        removed = _files_at(candidates, changes.rewritten)
+        if removed.num_rows:
+            txn.remove_files(removed)
+        # A rewritten file's old vector goes with it.
+        metrics.update(numRemovedFiles=removed.num_rows, numRemovedBytes=_total_size(removed),
+                       numDeletionVectorsRemoved=_with_vector(removed))
+    metrics["rewriteTimeMs"] = _ms(start)
+    return metrics
+
+
+def _drop_row_index(batch: pa.RecordBatch | pa.Table) -> pa.Table:
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    return table.drop_columns([ROW_INDEX]) if ROW_INDEX in table.column_names else table
+
+
+def _record(txn: OptimisticTransaction, metrics: Metrics, start: float, scan_ms: int, changed: bool) -> DmlResult:
+    metrics["scanTimeMs"] = scan_ms
+    metrics["executionTimeMs"] = _ms(start)
+    txn.set_operation_metrics(**metrics)
+    return DmlResult(metrics, changed)
+
+
+def _changed(metrics: Metrics, prefix: str = "num") -> bool:
+    """Whether the staged work has any file action: a new file, a dropped file, a new vector."""
+    names = ("AddedFiles", "RemovedFiles", "DeletionVectorsAdded", "DeletionVectorsUpdated")
+    if prefix == "numTarget":
+        names = ("FilesAdded", "FilesRemoved", "DeletionVectorsAdded", "DeletionVectorsUpdated")
+    return any(metrics.get(prefix + n, 0) for n in names)
+
+
+def _record_predicate(txn: OptimisticTransaction, predicate: str) -> None:
+    """``operationParameters.predicate``: the JSON list of the conditions, as delta-spark and
+    ``txnlog.spark.transaction`` record them."""
+    previous = txn.operation_parameters.get("predicate")
+    txn.operation_parameters["predicate"] = [*(previous if isinstance(previous, list) else []), predicate]
+
+
+# --- DELETE --------------------------------------------------------------------------------------
+
+
+def delete(txn: OptimisticTransaction, predicate: str) -> DmlResult:
+    """Stage ``DELETE FROM table WHERE predicate`` in ``txn``; the metrics it records."""
+    start = time.monotonic()
+    snapshot = _snapshot(txn, "delete")
+    if not isinstance(predicate, str):
+        raise InvalidArgumentTypeError(f"delete() takes the predicate as SQL text, got {type(predicate).__name__}")
+    condition = _predicate(snapshot, predicate, "delete")
+    _record_predicate(txn, predicate)
+    candidates = txn.filter_files(condition)
+    ctx = snapshot.read_context()
+    dv_mode = txn.table_configuration.deletion_vectors_enabled
+    if condition.matches_partition_only():
+        # The partition values decide: the files skipping kept hold only matching rows.
+        # (With the row index: a batch of no columns would have no length.)
+        deleted = ctx.read(candidates, columns=[], row_index=ROW_INDEX).num_rows if candidates.num_rows else 0
+        if candidates.num_rows:
+            txn.remove_files(candidates)
+        metrics: Metrics = {
+            "numFiles": 0, "numOutputRows": 0, "numOutputBytes": 0, "numRemovedFiles": candidates.num_rows, "numAddedFiles": 0, "numDeletedRows": deleted, "numCopiedRows": 0,
+            "numAddedChangeFiles": 0, "numAddedBytes": 0, "numRemovedBytes": _total_size(candidates),
+            "numDeletionVectorsAdded": 0, "numDeletionVectorsUpdated": 0,
+            "numDeletionVectorsRemoved": _with_vector(candidates),
+            "rewriteTimeMs": 0,
+        }
+        return _record(txn, metrics, start, _ms(start), _changed(metrics))
+    positions = _matching_positions(ctx, candidates, condition)
+    scan_ms = _ms(start)
+    changes = _RowChanges(dv_mode)
+    touched = [i for i, p in enumerate(positions) if len(p)]
+    if dv_mode:
+        changes.positions = {i: positions[i] for i in touched}
+    else:
+        changes.rewritten = touched
+    keep = pc.invert(condition.row_filter())
+
+    def kept_rows() -> Iterator[pa.RecordBatch]:
+        if dv_mode:
+            return
+        for i in touched:
+            for batch in ctx.batches(candidates.slice(i, 1), row_filter=keep, filter_columns=condition.columns):
+                changes.copied_rows += batch.num_rows
+                yield batch
+
+    metrics = _stage(txn, snapshot, candidates, changes, kept_rows(), ctx.output_schema())
+    metrics["numDeletedRows"] = sum(len(positions[i]) for i in touched)
+    return _record(txn, metrics, start, scan_ms, _changed(metrics))
+
+
+# --- UPDATE --------------------------------------------------------------------------------------
+
+
+def _assigned(rows: pa.Table, scope: _Scope, values: Mapping[str, tuple[ValueExpression, str]], schema: pa.Schema,
+              *, table: str, what: str) -> pa.Table:
+    """``rows`` (target columns, maybe prefixed) with the assigned columns replaced."""
+    arrays = []
+    for f in schema:
+        if f.name in values:
+            node, text = values[f.name]
+            arrays.append(_cast_to(scope.evaluate(node, text, rows.num_rows), f, table=table, what=what, text=text))
+        else:
+            arrays.append(rows.column(f.name))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _check_expressions(scope: _Scope, expressions: Sequence[tuple[ValueExpression, str]]) -> None:
+    """Evaluate each expression on no rows: unknown columns and type errors surface before any
+    file is read or written."""
+    for node, text in expressions:
+        scope.evaluate(node, text, 0)
+
+
+def update(txn: OptimisticTransaction, predicate: str | None, set: Mapping[str, str]) -> DmlResult:  # noqa: A002 - the SQL word
+    """Stage ``UPDATE table SET column = expression ... WHERE predicate`` (every row when
+    ``predicate`` is None) in ``txn``; the metrics it records."""
+    start = time.monotonic()
+    snapshot = _snapshot(txn, "update")
+    if not isinstance(set, Mapping) or not set:
+        raise InvalidArgumentError("update() needs at least one column in set= (a dict of column -> SQL expression)")
+    ctx = snapshot.read_context()
+    schema = ctx.output_schema()
+    by_lower = {f.name.lower(): f.name for f in schema}
+    values: dict[str, tuple[ValueExpression, str]] = {}
+    for name, text in set.items():
+        if not isinstance(name, str) or name.lower() not in by_lower:
+            raise InvalidArgumentError(f"update() sets column {name!r}, which table {txn.uri} does not have (columns: {', '.join(schema.names)})")
+        values[by_lower[name.lower()]] = (_parse(text, f"update() set[{name!r}]"), text)
+    empty = _Scope({"t": (schema.empty_table(), f"table {txn.uri}")}, default=["t"])
+    _check_expressions(empty, list(values.values()))
+    condition = _predicate(snapshot, predicate if predicate is not None else "TRUE", "update")
+    _record_predicate(txn, predicate if predicate is not None else "true")
+    candidates = txn.filter_files(condition)
+    positions = _matching_positions(ctx, candidates, condition)
+    scan_ms = _ms(start)
+    dv_mode = txn.table_configuration.deletion_vectors_enabled
+    changes = _RowChanges(dv_mode)
+    touched = [i for i, p in enumerate(positions) if len(p)]
+    if dv_mode:
+        changes.positions = {i: positions[i] for i in touched}
+    else:
+        changes.rewritten = touched
+    matches = condition.row_filter()
+
+    def new_rows() -> Iterator[pa.RecordBatch]:
+        for i in touched:
+            file = candidates.slice(i, 1)
+            if dv_mode:  # only the new versions of the matching rows
+                batches = ctx.batches(file, row_filter=matches, filter_columns=condition.columns)
+            else:
+                batches = ctx.batches(file)
+            for batch in batches:
+                rows = pa.Table.from_batches([batch])
+                if dv_mode:
+                    hit, kept = rows, rows.slice(0, 0)
+                else:
+                    mask = evaluate(matches, rows)
+                    hit, kept = rows.filter(mask), rows.filter(pc.invert(mask))
+                    changes.copied_rows += kept.num_rows
+                    yield from kept.to_batches()
+                scope = _Scope({"t": (hit, f"table {txn.uri}")}, default=["t"])
+                yield from _assigned(hit, scope, values, schema, table=txn.uri, what="update()").to_batches()
+
+    metrics = _stage(txn, snapshot, candidates, changes, new_rows(), schema)
+    metrics["numUpdatedRows"] = sum(len(positions[i]) for i in touched)
+    return _record(txn, metrics, start, scan_ms, _changed(metrics))
+
+
+# --- MERGE ---------------------------------------------------------------------------------------
+
+
+def _source_table(source: object) -> pa.Table:
+    if isinstance(source, pa.Table):
+        return source
+    if isinstance(source, pa.RecordBatchReader):
+        return source.read_all()
+    if isinstance(source, pa.RecordBatch):
+        return pa.Table.from_batches([source])
+    raise InvalidArgumentTypeError(f"merge source must be a pyarrow Table, RecordBatch or RecordBatchReader, got {type(source).__name__}")
+
+
+def _prefixed(rows: pa.Table, prefix: str) -> pa.Table:
+    return rows.rename_columns([f"{prefix}{n}" if n not in (ROW_INDEX, SOURCE_ROW) else n for n in rows.column_names])
+
+
+class _PrefixedScope(_Scope):
+    """The joined rows of a MERGE: target columns as ``t.<name>``, source columns as ``s.<name>``."""
+
+    def __init__(self, joined: pa.Table, target: Sequence[str], source: Sequence[str], uri: str, *, with_target: bool = True) -> None:
+        sides = {}
+        if with_target:
+            sides["t"] = (joined.select([f"t.{c}" for c in target]).rename_columns(list(target)), f"target table {uri}")
+        sides["s"] = (joined.select([f"s.{c}" for c in source]).rename_columns(list(source)), "the merge source")
+        super().__init__(sides, default=list(sides))
+
+
+def merge(
+    txn: OptimisticTransaction,
+    source: pa.Table | pa.RecordBatchReader,
+    on: str | Sequence[str],
+    *,
+    when_matched_update: Assignments = None,
+    when_matched_delete: bool | str = False,
+    when_not_matched_insert: Assignments = None,
+) -> DmlResult:
+    """Stage ``MERGE INTO table t USING source s ON on`` in ``txn``; the metrics it records.
+
+    ``on``: a key column, a list of them, or a SQL condition over ``t`` and ``s`` with at least
+    one ``t.x = s.y``. ``when_matched_update``: {column: expression} or ``"*"``;
+    ``when_matched_delete``: True or a condition (applied before the update);
+    ``when_not_matched_insert``: {column: expression over ``s``} or ``"*"``. A target row that
+    two source rows match raises :class:`~txnlog.errors.DuplicateMatchError` before anything is
+    written."""
+    start = time.monotonic()
+    snapshot = _snapshot(txn, "merge")
+    if when_matched_update is None and not when_matched_delete and when_not_matched_insert is None:
+        raise InvalidArgumentError("merge needs at least one of when_matched_update, when_matched_delete, when_not_matched_insert")
+    if when_matched_update is not None and when_matched_delete is True:
+        raise InvalidArgumentError("when_matched_delete=True deletes every matched row: when_matched_update would never apply")
+    src = _source_table(source)
+    condition = MergeCondition.parse(on)
+    txn.operation_parameters.update(merge_parameters(on, when_matched_update, when_matched_delete, when_not_matched_insert))
+    ctx = snapshot.read_context()
+    schema = ctx.output_schema()
+    columns = schema.names
+    source_columns = src.column_names
+    target_lower = {c.lower(): c for c in columns}
+    source_lower = {c.lower(): c for c in source_columns}
+    pairs: list[tuple[str, str]] = []
+    for target_key, source_key in condition.pairs:
+        if target_key.lower() not in target_lower:
+            raise InvalidArgumentError(f"merge key {target_key!r} is not a column of table {txn.uri} (columns: {', '.join(columns)})")
+        if source_key.lower() not in source_lower:
+            raise InvalidArgumentError(f"merge key {source_key!r} is not a column of the source (columns: {', '.join(source_columns)})")
+        pairs.append((target_lower[target_key.lower()], source_lower[source_key.lower()]))
+    updates = assignments("when_matched_update", when_matched_update, columns, source_columns)
+    inserts = assignments("when_not_matched_insert", when_not_matched_insert, columns, source_columns)
+    update_values = {c: (_parse(e, f"when_matched_update[{c!r}]"), e) for c, e in (updates or {}).items()}
+    insert_values = {c: (_parse(e, f"when_not_matched_insert[{c!r}]"), e) for c, e in (inserts or {}).items()}
+    delete_condition = None
+    if isinstance(when_matched_delete, str):
+        delete_condition = (_parse(when_matched_delete, "when_matched_delete"), when_matched_delete)
+    elif not isinstance(when_matched_delete, bool):
+        raise InvalidArgumentTypeError(f"when_matched_delete must be a bool or a SQL condition, got {type(when_matched_delete).__name__}")
+    residual = [(node, condition.sql) for node in condition.residual]
+    matched_clause = updates is not None or bool(when_matched_delete)
+
+    # Everything is checked on no rows first: an error names the expression before any work.
+    src = src.append_column(SOURCE_ROW, pa.array(np.arange(src.num_rows, dtype=np.int64)))
+    joined_empty = pa.Table.from_arrays(
+        [pa.array([], f.type) for f in schema] + [pa.array([], t) for t in src.schema.types],
+        names=[f"t.{c}" for c in columns] + [f"s.{c}" if c != SOURCE_ROW else c for c in src.column_names],
+    )
+    empty_scope = _PrefixedScope(joined_empty, columns, source_columns, txn.uri)
+    _check_expressions(empty_scope, list(update_values.values()))
+    _check_expressions(_PrefixedScope(joined_empty, columns, source_columns, txn.uri, with_target=False), list(insert_values.values()))
+    for node, text in residual + ([delete_condition] if delete_condition else []):
+        empty_scope.mask(node, text, 0)  # and each condition is boolean
+
+    metrics: Metrics = {"numSourceRows": src.num_rows}
+    if src.num_rows == 0:
+        return _record(txn, metrics, start, 0, False)
+
+    # The source's key range prunes the target's files (and is the read predicate).
+    keyed = _all_valid(src, [s for _, s in pairs])
+    if keyed.num_rows == 0:
+        candidates = snapshot.files().slice(0, 0)
+    else:
+        bounds = {}
+        for _, s in pairs:
+            low_high = pc.min_max(keyed.column(s))
+            bounds[s] = (low_high["min"].as_py(), low_high["max"].as_py())
+        predicate = key_range_predicate(pairs, bounds)
+        candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
+    keyed_source = _prefixed(_with_key_types(keyed, pairs, schema, txn.uri), "s.")
+
+    # 1. Match, file by file, reading the keys and what the rest of ON needs.
+    needed = sorted({t for t, _ in pairs} | _target_columns_read([node for node, _ in residual], target_lower))
+    matches: dict[int, pa.Table] = {}  # file index -> (ROW_INDEX, SOURCE_ROW) of its matched rows
+    for i in range(candidates.num_rows):
+        rows = ctx.read(candidates.slice(i, 1), columns=needed, row_index=ROW_INDEX)
+        rows = _prefixed(_all_valid(rows, [t for t, _ in pairs]), "t.")
+        if rows.num_rows == 0:
+            continue
+        joined = rows.join(keyed_source, keys=[f"t.{t}" for t, _ in pairs], right_keys=[f"s.{s}" for _, s in pairs],
+                           join_type="inner", coalesce_keys=False, use_threads=False)
+        if residual and joined.num_rows:
+            scope = _PrefixedScope(_complete(joined, columns), columns, source_columns, txn.uri)
+            keep = None
+            for node, text in residual:
+                mask = scope.mask(node, text, joined.num_rows)
+                keep = mask if keep is None else pc.and_(keep, mask)
+            joined = joined.filter(keep)
+        if joined.num_rows == 0:
+            continue
+        if matched_clause:
+            _refuse_duplicates(joined, pairs, candidates, i, txn.uri)
+        matches[i] = joined.select([ROW_INDEX, SOURCE_ROW])
+    scan_ms = _ms(start)
+
+    # 2. Write: the touched files' new rows (copy-on-write: with their unchanged rows), then the
+    # inserts; mark the changed rows (merge-on-read).
+    dv_mode = txn.table_configuration.deletion_vectors_enabled
+    changes = _RowChanges(dv_mode)
+    counts = dict.fromkeys(("updated", "deleted", "inserted"), 0)
+
+    def new_rows() -> Iterator[pa.RecordBatch]:
+        for i, matched in sorted(matches.items()) if matched_clause else ():
+            rows = ctx.read(candidates.slice(i, 1), row_index=ROW_INDEX)
+            at = pc.index_in(matched.column(ROW_INDEX), value_set=rows.column(ROW_INDEX))
+            target_rows = rows.take(at)
+            joined = pa.Table.from_arrays(
+                [target_rows.column(c) for c in columns] + [src.column(c).take(matched.column(SOURCE_ROW)) for c in source_columns],
+                names=[f"t.{c}" for c in columns] + [f"s.{c}" for c in source_columns],
+            )
+            scope = _PrefixedScope(joined, columns, source_columns, txn.uri)
+            n = joined.num_rows
+            if when_matched_delete is True:
+                deleted = pa.chunked_array([pa.repeat(True, n)], pa.bool_())
+            elif delete_condition is not None:
+                deleted = scope.mask(delete_condition[0], delete_condition[1], n)
+            else:
+                deleted = pa.chunked_array([pa.repeat(False, n)], pa.bool_())
+            updated = pc.invert(deleted) if updates is not None else pa.chunked_array([pa.repeat(False, n)], pa.bool_())
+            changed = pc.or_(deleted, updated)
+            changed_positions = matched.column(ROW_INDEX).filter(changed)
+            if len(changed_positions) == 0:
+                continue
+            counts["deleted"] += int(pc.sum(deleted).as_py() or 0)
+            counts["updated"] += int(pc.sum(updated).as_py() or 0)
+            if dv_mode:
+                changes.positions[i] = changed_positions.combine_chunks()
+            else:
+                changes.rewritten.append(i)
+                unchanged = _drop_row_index(rows.filter(pc.invert(pc.is_in(rows.column(ROW_INDEX), value_set=changed_positions.combine_chunks()))))
+                changes.copied_rows += unchanged.num_rows
+                yield from unchanged.to_batches()
+            if updates is not None:
+                new = joined.filter(updated)
+                new_scope = _PrefixedScope(new, columns, source_columns, txn.uri)
+                plain = new.select([f"t.{c}" for c in columns]).rename_columns(columns)
+                yield from _assigned(plain, new_scope, update_values, schema, table=txn.uri, what="when_matched_update").to_batches()
+        if inserts is not None:
+            matched_sources = [m.column(SOURCE_ROW) for m in matches.values()]
+            taken = pa.chunked_array(matched_sources, pa.int64()) if matched_sources else pa.chunked_array([], pa.int64())
+            fresh = src.filter(pc.invert(pc.is_in(src.column(SOURCE_ROW), value_set=taken.combine_chunks())))
+            counts["inserted"] = fresh.num_rows
+            for chunk in fresh.to_batches():
+                part = _prefixed(pa.Table.from_batches([chunk]), "s.")
+                scope = _PrefixedScope(part, columns, source_columns, txn.uri, with_target=False)
+                arrays = []
+                for f in schema:
+                    if f.name in insert_values:
+                        node, text = insert_values[f.name]
+                        arrays.append(_cast_to(scope.evaluate(node, text, part.num_rows), f, table=txn.uri, what="when_not_matched_insert", text=text))
+                    else:
+                        arrays.append(pa.nulls(part.num_rows, f.type))
+                yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
+
+    staged = _stage(txn, snapshot, candidates, changes, new_rows(), schema)
+    metrics.update(
+        {name: staged[name] for name in ("numFiles", "numOutputBytes", "numAddedFiles", "numRemovedFiles")},
+        numTargetRowsInserted=counts["inserted"],
+        numTargetRowsUpdated=counts["updated"],
+        numTargetRowsMatchedUpdated=counts["updated"],
+        numTargetRowsDeleted=counts["deleted"],
+        numTargetRowsMatchedDeleted=counts["deleted"],
+        numTargetRowsNotMatchedBySourceUpdated=0,
+        numTargetRowsNotMatchedBySourceDeleted=0,
+        numTargetRowsCopied=staged["numCopiedRows"],
+        numOutputRows=counts["inserted"] + counts["updated"] + staged["numCopiedRows"],
+        numTargetFilesAdded=staged["numAddedFiles"],
+        numTargetFilesRemoved=staged["numRemovedFiles"],
+        numTargetChangeFilesAdded=0,
+        numTargetBytesAdded=staged["numAddedBytes"],
+        numTargetBytesRemoved=staged["numRemovedBytes"],
+        numTargetDeletionVectorsAdded=staged["numDeletionVectorsAdded"],
+        numTargetDeletionVectorsUpdated=staged["numDeletionVectorsUpdated"],
+        numTargetDeletionVectorsRemoved=staged["numDeletionVectorsRemoved"],
+        rewriteTimeMs=staged["rewriteTimeMs"],
+    )
+    return _record(txn, metrics, start, scan_ms, _changed(metrics, "numTarget"))
+
+
+def _all_valid(rows: pa.Table, names: Sequence[str]) -> pa.Table:
+    """The rows where every one of ``names`` is set (a NULL key matches nothing)."""
+    mask = None
+    for name in names:
+        valid = pc.is_valid(rows.column(name))
+        mask = valid if mask is None else pc.and_(mask, valid)
+    return rows if mask is None else rows.filter(mask)
+
+
+def _with_key_types(source: pa.Table, pairs: Sequence[tuple[str, str]], schema: pa.Schema, uri: str) -> pa.Table:
+    """The source with each key column cast to its target column's type (the join compares
+    equal types)."""
+    for target, key in pairs:
+        wanted = schema.field(target).type
+        column = source.column(key)
+        if column.type == wanted:
+            continue
+        try:
+            cast = pc.cast(column, wanted)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise InvalidArgumentError(
+                f"merge key {key!r} of the source ({column.type}) cannot be compared with column {target!r} of table {uri} ({wanted}): {e}"
+            ) from None
+        source = source.set_column(source.column_names.index(key), key, cast)
+    return source
+
+
+def _target_columns_read(nodes: Sequence[ValueExpression], target_lower: Mapping[str, str]) -> set[str]:
+    """The target columns ``nodes`` may read (``t.x``, or an unqualified ``x``)."""
+    out = set()
+    for node in nodes:
+        for ref in node.references():
+            name = ref.path[1] if len(ref.path) > 1 and ref.path[0].lower() == "t" else ref.path[0]
+            if name.lower() in target_lower:
+                out.add(target_lower[name.lower()])
+    return out
+
+
+def _complete(joined: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """``joined`` with every target column (the unread ones as NULL: no condition reads them)."""
+    for c in columns:
+        if f"t.{c}" not in joined.column_names:
+            joined = joined.append_column(f"t.{c}", pa.nulls(joined.num_rows))
+    return joined
+
+
+def _refuse_duplicates(joined: pa.Table, pairs: Sequence[tuple[str, str]], candidates: pa.Table, i: int, uri: str) -> None:
+    """Raise DuplicateMatchError when a target row of this file is matched by two source rows."""
+    counts = joined.group_by(ROW_INDEX, use_threads=False).aggregate([(SOURCE_ROW, "count")])
+    worst = pc.max(counts.column(f"{SOURCE_ROW}_count")).as_py()
+    if worst is None or worst <= 1:
+        return
+    row = counts.filter(pc.equal(counts.column(f"{SOURCE_ROW}_count"), worst)).column(ROW_INDEX)[0]
+    first = joined.filter(pc.equal(joined.column(ROW_INDEX), row)).slice(0, 1)
+    key = {t: first.column(f"t.{t}")[0].as_py() for t, _ in pairs}
+    path = candidates.column("path")[i].as_py()
+    raise DuplicateMatchError(
+        f"merge into {uri}: {worst} source rows match the same target row (key {key}, in file {path}); "
+        "a target row may be updated or deleted by one source row only: deduplicate the source",
+        uri=uri,
+        key=key,
+        source_rows=int(worst),
+    )
+
+
+__all__ = ["DmlResult", "Metrics", "delete", "merge", "update"]
