@@ -112,3 +112,10 @@ def test_an_add_with_a_vector_is_refused_on_a_table_without_the_feature(tmp_path
     assert "delta.enableDeletionVectors" in str(info.value)
     assert plain.latest_version() == version
     assert pc.sum(plain.snapshot().files()["size"]).as_py() > 0
+
+
+def test_reading_no_columns_counts_live_rows(tmp_path: Path) -> None:
+    table = _table(tmp_path / "t")
+    _delete(table, lambda v: v % 4 != 0)
+    snapshot = table.snapshot()
+    assert snapshot.read_context().read(snapshot.files(), columns=[]).num_rows == 75

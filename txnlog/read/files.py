@@ -210,7 +210,10 @@ class ReadContext:
                             arrays.append(pa.nulls(n, f.type))
                         else:
                             arrays.append(_as_logical(chunk.column(physical[f.name].name), physical[f.name].type, f.type, where, f.name))
-                    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+                    if arrays:
+                        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+                    else:  # no columns asked for (a row count): the batch still has n rows
+                        batch = pa.RecordBatch.from_struct_array(pa.array([{}] * n, pa.struct([])))
                     if keep is not None:
                         batch = batch.filter(pa.array(keep[position : position + n]))
                     position += n
