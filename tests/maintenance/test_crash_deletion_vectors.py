@@ -16,10 +16,9 @@ import pyarrow as pa
 import pytest
 
 import txnlog
+from tests.dv_tables import build_dv, delete_where, duckdb_ids, dv_files, txnlog_ids
 from txnlog.maintenance import vacuum, validate
 from txnlog.testing import FaultInjectingStore
-
-from .conftest import build_dv, delete_where, duckdb_ids, dv_files, txnlog_ids
 
 pytest.importorskip("pyroaring")
 

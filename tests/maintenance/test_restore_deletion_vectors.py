@@ -11,10 +11,11 @@ import orjson
 import pytest
 
 import txnlog
+from tests.dv_tables import build_dv, delete_where, duckdb_ids, dv_files, txnlog_ids
 from txnlog.errors import MissingFilesError
 from txnlog.maintenance import restore, vacuum
 
-from .conftest import DAY_MS, build_dv, delete_where, duckdb_ids, dv_files, txnlog_ids
+from .conftest import DAY_MS
 
 pytest.importorskip("pyroaring")
 

@@ -12,11 +12,12 @@ import time
 import pytest
 
 import txnlog
+from tests.dv_tables import build_dv, delete_where, duckdb_ids, dv_files, live_dv_files, txnlog_ids
 from txnlog.log import dv_file_path
 from txnlog.maintenance import expire, vacuum
 from txnlog.write import write_deletion_vectors
 
-from .conftest import DAY_MS, age, build_dv, delete_where, duckdb_ids, dv_files, live_dv_files, txnlog_ids
+from .conftest import DAY_MS, age
 
 pytest.importorskip("pyroaring")
 

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 
 import txnlog
+from tests.dv_tables import build_dv, delete_where, dv_files
 from txnlog.maintenance import validate
 
-from .conftest import build_dv, delete_where, dv_files
 from .test_cli import run, run_json
 
 pytest.importorskip("pyroaring")
