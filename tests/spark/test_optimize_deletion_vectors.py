@@ -188,3 +188,19 @@ def test_purge_on_delta_spark_tables(spark, tmp_path, conformance_dir, name):
     after = table.snapshot()
     assert after.files().column("deletion_vector").null_count == after.num_files
     assert txnlog_rows(table, columns) == duckdb_rows(uri, columns) == rows_before
+
+
+def test_a_concurrent_delete_by_vector_makes_the_purge_replan(spark, tmp_path):
+    """A DELETE that grows the vector of a file being purged lands between the purge's plan and
+    its commit: the purge must not commit its copy of the file (the newly deleted rows would come
+    back); it re-plans from the new snapshot and purges the new vector."""
+    from tests.spark.test_optimize import HookedStore
+
+    uri = str(tmp_path / "t")
+    table = _dv_table(uri)
+    delete_where(table, lambda v: v < 10)
+    hooked = txnlog.Table(uri, store=HookedStore(uri, lambda: delete_where(txnlog.Table(uri), lambda v: v in (10, 11))))
+    result = optimize(spark, hooked, purge_deletion_vectors=True)
+    assert result.attempts == 2 and len(result.conflicts) == 1
+    assert live_dv_files(table.snapshot()) == set()
+    assert txnlog_ids(table) == duckdb_ids(uri) == list(range(12, 400))

@@ -253,7 +253,7 @@ def _check_files(table: Table, state: core.TableState, layout: LogLayout, proble
     files = state.files
     on_disk = {f.path: f.size for f in table.store.walk_files("") if not _hidden(f.path, frozenset())}
     checked["files"] = files.num_rows
-    bad: dict[str, tuple[str, str] | tuple[str, str, str]] = {}
+    bad: dict[str, tuple[str, str, str | None]] = {}  # data file -> (kind, message, its vector if that is what is wrong)
     for log_path, size in zip(files.column("path").to_pylist(), files.column("size").to_pylist()):
         try:
             path = core.locate(table.uri, log_path, version=state.version)
@@ -262,16 +262,16 @@ def _check_files(table: Table, state: core.TableState, layout: LogLayout, proble
             continue
         actual = on_disk.get(path)
         if actual is None:
-            bad[log_path] = ("missing-file", f"data file {path} is missing")
+            bad[log_path] = ("missing-file", f"data file {path} is missing", None)
         elif actual != size:
-            bad[log_path] = ("wrong-size", f"data file {path} is {actual} bytes; the log says {size}")
+            bad[log_path] = ("wrong-size", f"data file {path} is {actual} bytes; the log says {size}", None)
     vectors = _check_deletion_vectors(table, state, on_disk, problems, checked)
     for log_path, found in vectors.items():
         bad.setdefault(log_path, found)
     added = _added_at(table, layout, set(bad)) if bad else {}
-    for log_path, (kind, message, *vector) in sorted(bad.items()):
+    for log_path, (kind, message, vector) in sorted(bad.items()):
         version = added.get(log_path, layout.earliest)
-        problems.append(Problem(kind, f"{message} (added at or before version {version})", version, log_path, *vector))
+        problems.append(Problem(kind, f"{message} (added at or before version {version})", version, log_path, vector))
     tombstones = state.tombstones()
     for log_path in tombstones.column("path").to_pylist():
         try:
@@ -305,7 +305,7 @@ def _vector_name(storage_type: str, path_or_inline: str, dv_path: str | None, of
 
 def _check_deletion_vectors(
     table: Table, state: core.TableState, on_disk: dict[str, int], problems: list[Problem], checked: dict[str, int]
-) -> dict[str, tuple[str, str, str]]:
+) -> dict[str, tuple[str, str, str | None]]:
     """Per data file whose deletion vector is wrong: (kind, message, the vector as
     ``file@offset`` or ``inline``). Each vector must decode (inline) or be found in its file with
     the right size and CRC, hold ``cardinality`` rows, and name no row at or past ``numRecords``."""
@@ -314,9 +314,9 @@ def _check_deletion_vectors(
     checked["deletionVectors"] = len(dvs) - dvs.null_count
     if dvs.null_count == len(dvs):
         return {}
-    found: dict[str, tuple[str, str, str]] = {}
+    found: dict[str, tuple[str, str, str | None]] = {}
     paths, stats = files.column("path").to_pylist(), files.column("stats").to_pylist()
-    pending: list[tuple[str, int, dict[str, Any], str | None]] = []  # DV file (or ""), row, vector, its store path
+    pending: list[tuple[str, int, dict[str, Any], str | None]] = []  # store path of its file ("": inline), row, vector, log path
     for i in pc.indices_nonzero(dvs.is_valid()).to_pylist():
         vector = dvs[i].as_py()
         try:
@@ -334,6 +334,7 @@ def _check_deletion_vectors(
     for _, i, vector, dv_path in sorted(pending, key=lambda p: (p[0], p[1])):
         name = _vector_name(vector["storage_type"], vector["path_or_inline_dv"], dv_path, vector["offset"])
         try:
+            # The reader only calls ``read`` on the store it is given.
             rows = core.deleted_rows(cast(LogStore, reads), table.uri, paths[i], vector, version=state.version)
         except TxnLogError as e:
             found[paths[i]] = ("corrupt-deletion-vector", f"{e} (deletion vector {name})", name)
