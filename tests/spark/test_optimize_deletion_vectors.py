@@ -204,3 +204,19 @@ def test_a_concurrent_delete_by_vector_makes_the_purge_replan(spark, tmp_path):
     assert result.attempts == 2 and len(result.conflicts) == 1
     assert live_dv_files(table.snapshot()) == set()
     assert txnlog_ids(table) == duckdb_ids(uri) == list(range(12, 400))
+
+
+def test_compact_job_purges_deletion_vectors(spark, tmp_path, capsys):
+    from spark_jobs import compact
+    from spark_jobs._common import FAILED, OK
+
+    uri = str(tmp_path / "t")
+    table = _dv_table(uri)
+    delete_where(table, lambda v: v % 50 == 0)  # 2% of every file: under the default ratio
+    assert compact.main(["--table", uri, "--target-file-size", "1"], spark=spark) == OK
+    assert "nothing to compact" in capsys.readouterr().out
+    assert compact.main(["--table", uri, "--max-deleted-rows-ratio", "7"], spark=spark) == FAILED
+    assert compact.main(["--table", uri, "--purge-deletion-vectors"], spark=spark) == OK
+    assert "4 files" in capsys.readouterr().out
+    assert live_dv_files(table.snapshot()) == set()
+    assert txnlog_ids(table) == duckdb_ids(uri) == [v for v in range(400) if v % 50]
