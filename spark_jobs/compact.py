@@ -32,12 +32,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--where", help="partition predicate, e.g. \"day < '2024-06-01'\" (default: every partition)")
     parser.add_argument("--target-file-size", type=int, help="bytes (default: the table's delta.targetFileSize)")
     parser.add_argument("--max-attempts", type=int, default=5, help="plans to make before giving up on conflicts")
+    parser.add_argument(
+        "--max-deleted-rows-ratio",
+        type=float,
+        help="rewrite any file whose deletion vector deletes more than this fraction of its rows "
+        "(default: the table's txnlog.optimize.maxDeletedRowsRatio, 0.05)",
+    )
+    parser.add_argument(
+        "--purge-deletion-vectors",
+        action="store_true",
+        help="rewrite every file that has a deletion vector, and only those (REORG TABLE ... APPLY (PURGE))",
+    )
     parser.add_argument("--verbose", action="store_true")
     return parser.parse_args(argv)
 
 
 def run(spark: Any, args: argparse.Namespace) -> OptimizeResult:
-    result = optimize(spark, args.table, predicate=args.where, target_file_size=args.target_file_size, max_attempts=args.max_attempts)
+    result = optimize(
+        spark,
+        args.table,
+        predicate=args.where,
+        target_file_size=args.target_file_size,
+        max_attempts=args.max_attempts,
+        max_deleted_rows_ratio=args.max_deleted_rows_ratio,
+        purge_deletion_vectors=args.purge_deletion_vectors,
+    )
     if result.version is None:
         print(f"compact {args.table}: nothing to compact" + (f" where {args.where}" if args.where else ""))
     else:

@@ -54,6 +54,13 @@ def _optional_int(text: str) -> int | None:
     return int(text) if text.strip() else None
 
 
+def _ratio(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expected a ratio between 0 and 1, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -304,6 +311,13 @@ COMMIT_TOTAL_TIMEOUT_MS = _p(
     _non_negative_int,
     "600000",
     "Give up retrying once this long has passed since the first attempt.",
+)
+OPTIMIZE_MAX_DELETED_ROWS_RATIO = _p(
+    "txnlog.optimize.maxDeletedRowsRatio",
+    _ratio,
+    "0.05",
+    "OPTIMIZE rewrites a file whose deletion vector deletes more than this fraction of its rows, "
+    "whatever its size (delta-spark's spark.databricks.delta.optimize.maxDeletedRowsRatio).",
 )
 
 # --- maintenance (txnlog.maintenance: log expiry, consumers) ----------------------------------

@@ -294,6 +294,8 @@ class ConsoleOutput(Output):
             f"{checked.get('commits', 0)} commits, {checked.get('checkpoints', 0)} checkpoints "
             f"({checked.get('checkpointsCompared', 0)} compared with the commits), {checked.get('files', 0)} files"
         )
+        if checked.get("deletionVectors"):
+            summary += f", {checked['deletionVectors']} deletion vectors"
         if d["ok"]:
             self.console.print(f"OK: {d['table']} versions {d['earliestVersion']}..{d['latestVersion']}: {summary}")
             return

@@ -27,6 +27,7 @@ from txnlog.log import (
     CheckpointResult,
     Commit,
     CommitFile,
+    DeletionVectorDescriptor,
     LastCheckpointHint,
     LogListing,
     LogSegment,
@@ -38,6 +39,7 @@ from txnlog.log import (
     list_log,
     parse_lines,
     read_commits,
+    read_deletion_vector,
     read_hint,
     replay,
     table_from_log_dicts,
@@ -59,6 +61,7 @@ __all__ = [
     "TableState",
     "added_files",
     "checkpoint_state",
+    "deleted_rows",
     "dv_file_path",
     "file_keys",
     "json_state",
@@ -111,6 +114,22 @@ def referenced_paths(table_uri: str, files: pa.Table, *, version: int | None = N
             if dv_path is not None:
                 out.append(locate(table_uri, dv_path, version=version))
     return out
+
+
+def deleted_rows(store: LogStore, table_uri: str, data_file: str, vector: Mapping[str, Any], *, version: int | None = None) -> pa.Array:
+    """The row positions (uint64, ascending) a deletion vector deletes; ``vector`` is a
+    ``deletion_vector`` row of ``Snapshot.files()``. DeletionVectorError (naming the table and the
+    data file) for a vector file that is missing, too short, fails its CRC or disagrees with the
+    descriptor's size or cardinality; never follows a path out of the table root."""
+    descriptor = DeletionVectorDescriptor(
+        vector["storage_type"],
+        vector["path_or_inline_dv"],
+        vector["size_in_bytes"],
+        vector["cardinality"],
+        offset=vector["offset"],
+        max_row_index=vector["max_row_index"],
+    )
+    return read_deletion_vector(store, descriptor, table_uri=table_uri, data_file=data_file, version=version)
 
 
 # --- checkpoints -------------------------------------------------------------------------------

@@ -4,7 +4,10 @@
   alone; a commit missing below versions that still exist is a gap);
 - every checkpoint is readable and agrees with a replay of the JSON commits that lead to it,
   where those commits still exist;
-- every live data file (and deletion vector file) exists with its recorded size;
+- every live data file exists with its recorded size;
+- every deletion vector of a live file can be read: its file exists, the vector's size and CRC-32
+  match, it holds the descriptor's ``cardinality`` rows, and no row index reaches the data file's
+  ``numRecords`` (inline vectors decode);
 - ``_last_checkpoint`` parses, names a complete checkpoint, the newest one, with its counts;
 - no path in the log leaves the table root.
 """
@@ -12,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import pyarrow as pa
@@ -27,11 +30,13 @@ from txnlog.errors import (
     TxnLogError,
     UnsafePathError,
 )
+from txnlog.file_facts import decode_stats
 from txnlog.log import LAST_CHECKPOINT
 from txnlog.maintenance import arguments, core, tags
 from txnlog.maintenance.deletes import Progress
 from txnlog.maintenance.layout import LogLayout
 from txnlog.maintenance.vacuuming import _hidden
+from txnlog.storage import LogStore
 
 if TYPE_CHECKING:
     from txnlog import Table
@@ -40,15 +45,18 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong: ``kind`` is one of version-gap, corrupt-log, corrupt-checkpoint,
-    checkpoint-mismatch, missing-file, wrong-size, last-checkpoint, unsafe-path."""
+    checkpoint-mismatch, missing-file, wrong-size, corrupt-deletion-vector, last-checkpoint,
+    unsafe-path. ``deletion_vector`` names the vector of a data file (``path``) when that is what
+    is wrong: ``<its file>@<offset>``, or ``inline``."""
 
     kind: str
     message: str
     version: int | None = None
     path: str | None = None
+    deletion_vector: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "version": self.version, "path": self.path, "message": self.message}
+        return {"kind": self.kind, "version": self.version, "path": self.path, "deletionVector": self.deletion_vector, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -245,7 +253,7 @@ def _check_files(table: Table, state: core.TableState, layout: LogLayout, proble
     files = state.files
     on_disk = {f.path: f.size for f in table.store.walk_files("") if not _hidden(f.path, frozenset())}
     checked["files"] = files.num_rows
-    bad: dict[str, tuple[str, str]] = {}
+    bad: dict[str, tuple[str, str, str | None]] = {}  # data file -> (kind, message, its vector if that is what is wrong)
     for log_path, size in zip(files.column("path").to_pylist(), files.column("size").to_pylist()):
         try:
             path = core.locate(table.uri, log_path, version=state.version)
@@ -254,28 +262,92 @@ def _check_files(table: Table, state: core.TableState, layout: LogLayout, proble
             continue
         actual = on_disk.get(path)
         if actual is None:
-            bad[log_path] = ("missing-file", f"data file {path} is missing")
+            bad[log_path] = ("missing-file", f"data file {path} is missing", None)
         elif actual != size:
-            bad[log_path] = ("wrong-size", f"data file {path} is {actual} bytes; the log says {size}")
-    dv = files.column("deletion_vector").combine_chunks()
-    if dv.null_count < len(dv):
-        for log_path, storage, inline in zip(files.column("path").to_pylist(), dv.field("storage_type").to_pylist(), dv.field("path_or_inline_dv").to_pylist()):
-            try:
-                dv_path = core.dv_file_path(storage, inline)
-                if dv_path is not None and core.locate(table.uri, dv_path, version=state.version) not in on_disk:
-                    bad.setdefault(log_path, ("missing-file", f"deletion vector file {dv_path} of {log_path} is missing"))
-            except UnsafePathError as e:
-                problems.append(Problem("unsafe-path", str(e), state.version, log_path))
+            bad[log_path] = ("wrong-size", f"data file {path} is {actual} bytes; the log says {size}", None)
+    vectors = _check_deletion_vectors(table, state, on_disk, problems, checked)
+    for log_path, found in vectors.items():
+        bad.setdefault(log_path, found)
     added = _added_at(table, layout, set(bad)) if bad else {}
-    for log_path, (kind, message) in sorted(bad.items()):
+    for log_path, (kind, message, vector) in sorted(bad.items()):
         version = added.get(log_path, layout.earliest)
-        problems.append(Problem(kind, f"{message} (added at or before version {version})", version, log_path))
+        problems.append(Problem(kind, f"{message} (added at or before version {version})", version, log_path, vector))
     tombstones = state.tombstones()
     for log_path in tombstones.column("path").to_pylist():
         try:
             core.locate(table.uri, log_path)
         except UnsafePathError as e:
             problems.append(Problem("unsafe-path", str(e), None, log_path))
+
+
+class _LastFileRead:
+    """A store whose ``read`` keeps the last file it read. Vectors are checked in the order of
+    their files, so a DV file holding the vectors of many data files is read once, not once per
+    vector (and only one is held in memory)."""
+
+    def __init__(self, store: LogStore) -> None:
+        self._store = store
+        self._path: str | None = None
+        self._data = b""
+
+    def read(self, path: str) -> bytes:
+        if path != self._path:
+            self._data = self._store.read(path)
+            self._path = path
+        return self._data
+
+
+def _vector_name(storage_type: str, path_or_inline: str, dv_path: str | None, offset: int | None) -> str:
+    if dv_path is None:
+        return "inline" if storage_type == "i" else f"{storage_type}:{path_or_inline}"
+    return f"{dv_path}@{offset if offset is not None else 1}"
+
+
+def _check_deletion_vectors(
+    table: Table, state: core.TableState, on_disk: dict[str, int], problems: list[Problem], checked: dict[str, int]
+) -> dict[str, tuple[str, str, str | None]]:
+    """Per data file whose deletion vector is wrong: (kind, message, the vector as
+    ``file@offset`` or ``inline``). Each vector must decode (inline) or be found in its file with
+    the right size and CRC, hold ``cardinality`` rows, and name no row at or past ``numRecords``."""
+    files = state.files
+    dvs = files.column("deletion_vector").combine_chunks()
+    checked["deletionVectors"] = len(dvs) - dvs.null_count
+    if dvs.null_count == len(dvs):
+        return {}
+    found: dict[str, tuple[str, str, str | None]] = {}
+    paths, stats = files.column("path").to_pylist(), files.column("stats").to_pylist()
+    pending: list[tuple[str, int, dict[str, Any], str | None]] = []  # store path of its file ("": inline), row, vector, log path
+    for i in pc.indices_nonzero(dvs.is_valid()).to_pylist():
+        vector = dvs[i].as_py()
+        try:
+            dv_path = core.dv_file_path(vector["storage_type"], vector["path_or_inline_dv"])
+            location = core.locate(table.uri, dv_path, version=state.version) if dv_path is not None else None
+        except UnsafePathError as e:
+            problems.append(Problem("unsafe-path", str(e), state.version, paths[i]))
+            continue
+        name = _vector_name(vector["storage_type"], vector["path_or_inline_dv"], dv_path, vector["offset"])
+        if location is not None and location not in on_disk:
+            found[paths[i]] = ("missing-file", f"deletion vector file {dv_path} of data file {paths[i]} of table {table.uri} is missing", name)
+            continue
+        pending.append((location or "", i, vector, dv_path))
+    reads = _LastFileRead(table.store)
+    for _, i, vector, dv_path in sorted(pending, key=lambda p: (p[0], p[1])):
+        name = _vector_name(vector["storage_type"], vector["path_or_inline_dv"], dv_path, vector["offset"])
+        try:
+            # The reader only calls ``read`` on the store it is given.
+            rows = core.deleted_rows(cast(LogStore, reads), table.uri, paths[i], vector, version=state.version)
+        except TxnLogError as e:
+            found[paths[i]] = ("corrupt-deletion-vector", f"{e} (deletion vector {name})", name)
+            continue
+        records = (decode_stats(stats[i]) or {}).get("numRecords")
+        if len(rows) and isinstance(records, int) and int(rows[-1].as_py()) >= records:
+            found[paths[i]] = (
+                "corrupt-deletion-vector",
+                f"deletion vector {name} of data file {paths[i]} of table {table.uri} deletes row {rows[-1].as_py()}, "
+                f"but the file has {records} rows (numRecords)",
+                name,
+            )
+    return found
 
 
 @arguments.takes_table

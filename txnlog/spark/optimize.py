@@ -12,6 +12,13 @@ a discarded attempt stay for vacuum.
 
 ``predicate`` may name partition columns only (as Delta's ``OPTIMIZE ... WHERE``): keep
 compaction on old partitions, away from the ones a stream is still writing.
+
+Deletion vectors: a file whose vector deletes more than ``max_deleted_rows_ratio`` of its rows
+(``txnlog.optimize.maxDeletedRowsRatio``, 0.05, as delta-spark's
+``spark.databricks.delta.optimize.maxDeletedRowsRatio``) is rewritten without its deleted rows
+whatever its size. ``purge_deletion_vectors=True`` (delta-spark's ``REORG TABLE ... APPLY
+(PURGE)``, recorded as a ``REORG`` commit) rewrites every file that has a vector and nothing
+else, leaving no vector in the table; the protocol keeps the ``deletionVectors`` feature.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
+from txnlog import properties as props
 from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
+from txnlog.file_facts import parse_stats
 from txnlog.spark.common import column
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import write_files
@@ -49,25 +58,43 @@ class OptimizeResult:
     conflicts: tuple[str, ...] = field(default_factory=tuple)
 
 
-def plan_bins(files: pa.Table, target_file_size: int, *, min_files: int = 2) -> list[pa.Table]:
+def plan_bins(
+    files: pa.Table,
+    target_file_size: int,
+    *,
+    min_files: int = 2,
+    max_deleted_rows_ratio: float = 0.05,
+    purge_deletion_vectors: bool = False,
+) -> list[pa.Table]:
     """Group ``files`` (rows of ``Snapshot.files()``) into bins worth compacting.
 
-    Within each partition, files smaller than ``target_file_size`` are taken in size order and
-    packed into bins whose total stays within the target; a bin is kept if it holds at least
-    ``min_files`` files, or a single file with a deletion vector (rewriting it purges the
-    deleted rows).
+    Candidates are the files smaller than ``target_file_size`` and, whatever their size, those
+    whose deletion vector deletes more than ``max_deleted_rows_ratio`` of their rows (its
+    cardinality over ``numRecords``; a vector on a file without ``numRecords`` counts as more).
+    With ``purge_deletion_vectors`` the candidates are exactly the files that have a vector.
+    Within each partition, candidates are taken in size order and packed into bins whose total
+    stays within the target; a bin is kept if it holds at least ``min_files`` files, or a file
+    with a deletion vector (rewriting it drops the deleted rows).
     """
     if target_file_size <= 0:
         raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
+    if not 0.0 <= max_deleted_rows_ratio <= 1.0:
+        raise InvalidArgumentError(f"max_deleted_rows_ratio must be between 0 and 1, got {max_deleted_rows_ratio}")
     if not files.num_rows:
         return []
-    small = files.filter(pc.less(files.column("size"), target_file_size))
-    if not small.num_rows:
+    has_dv = _has_vector(files)
+    if purge_deletion_vectors:
+        chosen = has_dv
+    else:
+        small = pc.less(files.column("size"), target_file_size)
+        chosen = pc.or_(small, pc.and_(has_dv, _deleted_ratio_over(files, max_deleted_rows_ratio)))
+    candidates = files.filter(chosen)
+    if not candidates.num_rows:
         return []
-    sizes = small.column("size").to_pylist()
-    has_dv = pc.is_valid(small.column("deletion_vector")).to_pylist() if "deletion_vector" in small.column_names else [False] * small.num_rows
+    sizes = candidates.column("size").to_pylist()
+    with_dv = has_dv.filter(chosen).to_pylist()
     by_partition: dict[tuple[tuple[str, Any], ...], list[int]] = {}
-    for i, key in enumerate(_partition_keys(small)):
+    for i, key in enumerate(_partition_keys(candidates)):
         by_partition.setdefault(key, []).append(i)
     bins: list[list[int]] = []
     for key in sorted(by_partition, key=lambda k: [(n, "" if v is None else str(v)) for n, v in k]):
@@ -81,8 +108,29 @@ def plan_bins(files: pa.Table, target_file_size: int, *, min_files: int = 2) -> 
             total += sizes[i]
         if current:
             bins.append(current)
-    kept = [b for b in bins if len(b) >= min_files or (len(b) == 1 and has_dv[b[0]])]
-    return [small.take(pa.array(b, pa.int64())) for b in kept]
+    kept = [b for b in bins if len(b) >= min_files or any(with_dv[i] for i in b)]
+    return [candidates.take(pa.array(b, pa.int64())) for b in kept]
+
+
+def _has_vector(files: pa.Table) -> pa.Array:
+    if "deletion_vector" not in files.column_names:
+        return pa.array([False] * files.num_rows, pa.bool_())
+    return pc.is_valid(files.column("deletion_vector")).combine_chunks()
+
+
+def _deleted_ratio_over(files: pa.Table, threshold: float) -> pa.Array:
+    """Per file: does its deletion vector delete more than ``threshold`` of its rows? (True for
+    a vector on a file whose ``numRecords`` is unknown; False without a vector.)"""
+    if "deletion_vector" not in files.column_names:
+        return pa.array([False] * files.num_rows, pa.bool_())
+    deleted = pc.struct_field(files.column("deletion_vector").combine_chunks(), "cardinality")
+    if "stats" in files.column_names:
+        records = pc.struct_field(parse_stats(files, pa.struct([("numRecords", pa.int64())])), "numRecords")
+    else:
+        records = pa.nulls(files.num_rows, pa.int64())
+    over = pc.greater(pc.divide(pc.cast(deleted, pa.float64()), pc.cast(records, pa.float64())), threshold)
+    unknown = pc.or_kleene(pc.is_null(records), pc.less_equal(records, 0))
+    return pc.fill_null(pc.and_(pc.is_valid(deleted), pc.or_(pc.fill_null(over, False), unknown)), False)
 
 
 def _partition_keys(files: pa.Table) -> list[tuple[tuple[str, Any], ...]]:
@@ -117,12 +165,19 @@ def optimize(
     *,
     min_files: int = 2,
     max_attempts: int = 5,
+    max_deleted_rows_ratio: float | None = None,
+    purge_deletion_vectors: bool = False,
 ) -> OptimizeResult:
-    """Compact the small files of the partitions ``predicate`` selects (all when None).
+    """Compact the small files of the partitions ``predicate`` selects (all when None), and
+    rewrite the files whose deletion vector deletes more than ``max_deleted_rows_ratio`` of their
+    rows (default: the table's ``txnlog.optimize.maxDeletedRowsRatio``, 0.05).
 
-    ``uri`` is a table URI or an open :class:`txnlog.Table`. ``target_file_size`` defaults to
-    the table's ``delta.targetFileSize``. Returns an :class:`OptimizeResult`; raises the last
-    ``CommitConflictError`` if every one of ``max_attempts`` plans lost to a conflicting commit.
+    ``purge_deletion_vectors=True`` rewrites every file with a deletion vector (and only those)
+    so that none is left, as delta-spark's ``REORG TABLE ... APPLY (PURGE)``; the commit's
+    operation is ``REORG``. ``uri`` is a table URI or an open :class:`txnlog.Table`.
+    ``target_file_size`` defaults to the table's ``delta.targetFileSize``. Returns an
+    :class:`OptimizeResult`; raises the last ``CommitConflictError`` if every one of
+    ``max_attempts`` plans lost to a conflicting commit.
     """
     if max_attempts < 1:
         raise InvalidArgumentError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -132,7 +187,14 @@ def optimize(
         snapshot = table.snapshot()
         _check_predicate(snapshot, predicate)
         target = target_file_size if target_file_size is not None else snapshot.table_configuration.target_file_size
-        bins = plan_bins(snapshot.files(predicate), target, min_files=min_files)
+        ratio = max_deleted_rows_ratio if max_deleted_rows_ratio is not None else props.OPTIMIZE_MAX_DELETED_ROWS_RATIO.get(snapshot.configuration)
+        bins = plan_bins(
+            snapshot.files(predicate),
+            target,
+            min_files=min_files,
+            max_deleted_rows_ratio=ratio,
+            purge_deletion_vectors=purge_deletion_vectors,
+        )
         if not bins:
             log.info("optimize %s at version %d: nothing to compact", table.uri, snapshot.version)
             return OptimizeResult(None, attempts=attempt, conflicts=tuple(conflicts))
@@ -141,8 +203,12 @@ def optimize(
         txn = OptimisticTransaction(
             table.location,
             snapshot,
-            operation="OPTIMIZE",
-            operation_parameters={"predicate": [predicate] if predicate else [], "targetFileSize": target},
+            operation="REORG" if purge_deletion_vectors else "OPTIMIZE",
+            operation_parameters=(
+                {"predicate": [predicate] if predicate else [], "applyPurge": True}
+                if purge_deletion_vectors
+                else {"predicate": [predicate] if predicate else [], "targetFileSize": target}
+            ),
             hooks=table.hooks,
             on_commit=None,
         )
@@ -162,6 +228,7 @@ def optimize(
                 numRemovedBytes=int(pc.sum(inputs.column("size")).as_py() or 0),
                 numAddedBytes=sum(a.size for a in adds),
                 numBins=len(bins),
+                numDeletionVectorsRemoved=int(pc.sum(_has_vector(inputs)).as_py() or 0),
             )
             version = txn.commit()
         except CommitConflictError as conflict:
