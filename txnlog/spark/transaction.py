@@ -88,7 +88,9 @@ class SparkTransaction:
 
     def _count(self, metrics: Mapping[str, int]) -> None:
         """Add one operation's metrics to the commit's: a transaction holding several DELETEs
-        or UPDATEs records their sums."""
+        or UPDATEs records their sums. Every operation counts the data files it adds and removes
+        (``numAddedFiles``, ``numRemovedFiles``) as delta-spark does: a file that only gets a new
+        deletion vector is neither, though the log removes and adds it."""
         for name, value in metrics.items():
             self._metrics[name] = self._metrics.get(name, 0) + int(value)
         self.txn.set_operation_metrics(**self._metrics)
@@ -120,6 +122,11 @@ class SparkTransaction:
 
     def write_files(self, df: DataFrame, data_change: bool = True) -> list[AddFile]:
         """Write ``df`` as data files on the executors and stage them as adds."""
+        adds = self._write(df, data_change)
+        self._count({"numAddedFiles": len(adds)})
+        return adds
+
+    def _write(self, df: DataFrame, data_change: bool = True) -> list[AddFile]:
         adds = write_files(df, self.txn.write_context(), data_change=data_change)
         self.txn.add_files(adds, data_change=data_change)
         self._staged(added=adds)
@@ -136,10 +143,12 @@ class SparkTransaction:
             self._view = None if self._view is None else pa.concat_tables(
                 [self._view, add_files.select([c for c in self._view.column_names if c in add_files.column_names])], promote_options="default"
             )
+            self._count({"numAddedFiles": add_files.num_rows})
             return
         adds = list(add_files)
         self.txn.add_files(adds, data_change=data_change)
         self._staged(added=adds)
+        self._count({"numAddedFiles": len(adds)})
 
     def remove(self, files: pa.Table | Iterable[str] | Iterable[AddFile], data_change: bool = True) -> None:
         """Stage the removal of live files: rows of :meth:`files`, ``AddFile`` records, or
@@ -147,6 +156,7 @@ class SparkTransaction:
         if isinstance(files, pa.Table):
             self.txn.remove_files(files, data_change=data_change)
             self._staged(removed=files)
+            self._count({"numRemovedFiles": files.num_rows})
             return
         if isinstance(files, (str, bytes)):
             raise InvalidArgumentTypeError("remove() takes a list of paths, not a single string")
@@ -155,6 +165,7 @@ class SparkTransaction:
             adds = [f for f in items if isinstance(f, AddFile)]
             self.txn.remove_files(adds, data_change=data_change)
             self._staged(removed=files_table(adds))
+            self._count({"numRemovedFiles": len(adds)})
             return
         if not all(isinstance(f, str) for f in items):
             raise InvalidArgumentTypeError("remove() takes a file table, AddFile records or add.path strings")
@@ -166,6 +177,7 @@ class SparkTransaction:
                 raise FileNotLiveError(f"file {path!r} is not live in table {self.snapshot.uri} at version {self.snapshot.version}", path=str(path))
         self.txn.remove_files(chosen, data_change=data_change)
         self._staged(removed=chosen)
+        self._count({"numRemovedFiles": chosen.num_rows})
 
     def delete(self, predicate: str) -> int:
         """Delete the rows matching ``predicate``. Files whose partition values match are
@@ -216,7 +228,7 @@ class SparkTransaction:
 
         if merge_on_read:
             updated = source.filter(matches).select(*[new_value(c, None) if c in new_values else column(c) for c in source.columns])
-            adds = self.write_files(updated)  # only the new versions of the updated rows
+            adds = self._write(updated)  # only the new versions of the updated rows
             deletes = stage_row_deletes(self.txn, snapshot, hit, positions)
             self._staged(deletes.removed, deletes.added)
             metrics = row_delete_metrics(deletes)
@@ -226,7 +238,7 @@ class SparkTransaction:
             rewritten = source.select(*[new_value(c, matches) if c in new_values else column(c) for c in source.columns])
             self.txn.remove_files(hit)
             self._staged(removed=hit)
-            adds = self.write_files(rewritten)
+            adds = self._write(rewritten)
             written = live_rows(files_table(adds))
             metrics = {
                 "numRemovedFiles": hit.num_rows,
@@ -260,13 +272,17 @@ class SparkTransaction:
             self.txn.read_whole_table()
             removed, added = self._live(), list[AddFile]()
             self.txn.remove_files(removed)
+            files_metrics = {"numRemovedFiles": removed.num_rows}
         else:
             removal = remove_where(self.spark, self.txn, predicate, ctx=ctx, files=self._live())
             removed, added = removal.removed, removal.added
+            files_metrics = {k: removal.metrics.get(k, 0) for k in ("numRemovedFiles", "numAddedFiles")}
         self._staged(removed, added)
         adds = write_files(df, ctx, require=predicate)
         self.txn.add_files(adds)
         self._staged(added=adds)
+        files_metrics["numAddedFiles"] = files_metrics.get("numAddedFiles", 0) + len(adds)
+        self._count(files_metrics)
         return adds
 
 
