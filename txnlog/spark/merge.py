@@ -1,18 +1,23 @@
-"""MERGE INTO on Spark, copy-on-write.
+"""MERGE INTO on Spark: merge-on-read where the table enables deletion vectors, else
+copy-on-write.
 
-How it runs (the driver handles file lists and a few aggregates, never rows):
+How it runs (the driver handles file lists, row positions and a few aggregates, never rows):
 
 1. the source is persisted for the duration (a streaming micro-batch may not be re-readable),
    and one aggregate gives its row count and the min/max of each key column;
 2. the target's files are pruned to those whose stats overlap the source's key range; the
    transaction records that range as its read predicate and exactly those files as read, so a
    concurrent commit that adds matching rows or removes one of them is a conflict;
-3. the candidates are joined with the source: one small aggregate names the files that hold a
-   matched row, and finds any target row that more than one source row matches (an ambiguous
-   MERGE, refused with :class:`~txnlog.errors.DuplicateMatchError` as Delta does);
-4. only the files holding a matched row are rewritten (updated rows changed, deleted rows
-   dropped, the others kept), unmatched source rows are inserted, and executors write the new
-   files; the driver commits the removes and adds in one transaction.
+3. the candidates (each row tagged with its file, through a per-file broadcast join, and its
+   physical position in it) are joined with the source; the matched pairs are cached, and one
+   aggregate over them gives, per file, the positions of the rows the MERGE updates or deletes,
+   and finds any target row that more than one source row matches (an ambiguous MERGE, refused
+   with :class:`~txnlog.errors.DuplicateMatchError` as Delta does, before anything is written);
+4. executors write the new row versions (updated rows, from the cached pairs) and the inserts
+   (source rows with no pair). With deletion vectors, the changed rows' positions are then
+   marked in their files' vectors (one vector file, written on the driver); copy-on-write
+   instead rewrites each changed file with its other rows. The driver stages it all in one
+   transaction.
 
 Conditions are Spark SQL over two aliases: ``t`` (the target) and ``s`` (the source), e.g.
 ``on="t.id = s.id"``, ``when_matched_update={"amount": "t.amount + s.amount"}``,
@@ -22,6 +27,7 @@ Conditions are Spark SQL over two aliases: ``t`` (the target) and ``s`` (the sou
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,15 +43,25 @@ from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table
 from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters
 from txnlog.dml import assignments as _assignments
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
-from txnlog.spark.common import quote_column
+from txnlog.spark.common import SPARK_FAILURES, job_error, quote_column
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
-from txnlog.spark.reader import read_files
-from txnlog.spark.writer import write_files
+from txnlog.spark.reader import ROW_INDEX_COLUMN, read_files
+from txnlog.spark.writer import (
+    dropped_vectors,
+    files_table,
+    live_rows,
+    positions_of,
+    row_delete_metrics,
+    stage_row_deletes,
+    write_files,
+)
 
 log = logging.getLogger(__name__)
 
 FILE_COLUMN = "__txnlog_file"
 SOURCE_ROW_COLUMN = "__txnlog_source_row"
+_TOUCHED = "__txnlog_touched"  # a matched target row this MERGE updates or deletes
+_DELETED = "__txnlog_deleted"
 
 
 @dataclass(frozen=True)
@@ -56,6 +72,18 @@ class MergeMetrics:
     target_files_scanned: int = 0
     target_files_removed: int = 0
     target_files_added: int = 0
+    target_rows_inserted: int = 0
+    target_rows_updated: int = 0
+    target_rows_deleted: int = 0
+    target_rows_copied: int = 0
+    deletion_vectors_added: int = 0
+    deletion_vectors_updated: int = 0
+    deletion_vectors_removed: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """Whether the MERGE staged any file action."""
+        return bool(self.target_files_removed or self.target_files_added or self.deletion_vectors_added or self.deletion_vectors_updated)
 
 
 def _open(uri: str | Table, storage_options: Mapping[str, Any] | None) -> Table:
@@ -96,6 +124,7 @@ def merge_into(
     matched_clause = updates is not None or bool(when_matched_delete)
     spark_types = _spark_types(snapshot)
 
+    started = time.monotonic()
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [source]
     try:
@@ -127,42 +156,56 @@ def merge_into(
         log.info("merge into %s: %d source rows, %d of %d files may match", txn.uri, source_rows, candidates.num_rows, snapshot.num_files)
 
         s = source.alias("s")
+        merge_on_read = txn.table_configuration.deletion_vectors_enabled
         outputs = []
-        touched = candidates.slice(0, 0)
+        hit = candidates.slice(0, 0)
+        positions: list[pa.Array] = []
+        updated_rows = deleted_rows = 0
         if candidates.num_rows:
-            # Read once, used twice (which files match, then their rewrite): the tagged read
-            # costs more than the cache.
-            target = _read_tagged(spark, snapshot, candidates).persist(StorageLevel.MEMORY_AND_DISK).alias("t")
-            cached.append(target)
-            join = F.expr(condition.sql)
+            # Not cached: each pass reads only the columns it needs, and the matched pairs
+            # (few, and all that both passes need of the join) are cached instead.
+            target = _read_tagged(spark, snapshot, candidates).alias("t")
+            if when_matched_delete is True:
+                deleted = F.lit(True)
+            elif when_matched_delete:
+                deleted = F.coalesce(F.expr(str(when_matched_delete)), F.lit(False))
+            else:
+                deleted = F.lit(False)
+            touched = deleted | F.lit(updates is not None)
+            cells = []
+            if updates is not None:
+                cells = [
+                    (F.expr(updates[c]) if c in updates else F.col(f"t.{quote_column(c)}")).cast(spark_types[c]).alias(_cell(i))
+                    for i, c in enumerate(columns)
+                ]
+            keys = [F.col(f"t.{quote_column(t)}").alias(_key(i)) for i, (t, _) in enumerate(condition.pairs)]
+            pairs = target.join(s, F.expr(condition.sql), "inner").select(
+                F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
+                F.col(f"t.{ROW_INDEX_COLUMN}").alias(ROW_INDEX_COLUMN),
+                F.col(f"s.{SOURCE_ROW_COLUMN}").alias(SOURCE_ROW_COLUMN),
+                touched.alias(_TOUCHED),
+                deleted.alias(_DELETED),
+                *keys,
+                *cells,
+            )
+            matched = pairs.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(matched)
             if matched_clause:
-                touched_paths = _matched_files(txn.uri, target, s, join, condition, check_duplicates=not unique_keys)
-                touched = candidates.filter(pc.is_in(candidates.column("path"), value_set=pa.array(touched_paths, pa.string())))
-            if touched.num_rows:
-                touched_target = target.where(F.col(f"t.{FILE_COLUMN}").isin(list(touched.column("path").to_pylist()))).alias("t")
-                rewritten = touched_target.join(s, join, "left")
-                matched = F.col(f"s.{SOURCE_ROW_COLUMN}").isNotNull()
-                if when_matched_delete is True:
-                    deleted = matched
-                elif when_matched_delete:
-                    deleted = matched & F.coalesce(F.expr(str(when_matched_delete)), F.lit(False))
-                else:
-                    deleted = F.lit(False)
-                if updates is not None:
-                    cells = [
-                        F.when(matched & ~deleted, F.expr(updates[c])).otherwise(F.col(f"t.{quote_column(c)}")).cast(spark_types[c]).alias(c)
-                        if c in updates
-                        else F.col(f"t.{quote_column(c)}").cast(spark_types[c]).alias(c)
-                        for c in columns
-                    ]
-                else:
-                    cells = [F.col(f"t.{quote_column(c)}").cast(spark_types[c]).alias(c) for c in columns]
-                outputs.append(rewritten.where(~deleted).select(*cells))
+                paths, lists, updated_rows, deleted_rows = _touched_rows(txn.uri, matched, condition, check_duplicates=not unique_keys)
+                hit, positions = positions_of(candidates, paths, lists)
+            if updates is not None and hit.num_rows:
+                outputs.append(matched.where(F.col(_TOUCHED) & ~F.col(_DELETED)).select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)]))
+            if hit.num_rows and not merge_on_read:
+                # Copy-on-write: every other live row of a changed file is written again.
+                changed = matched.where(F.col(_TOUCHED)).select(FILE_COLUMN, ROW_INDEX_COLUMN)
+                kept = _read_tagged(spark, snapshot, hit).join(changed, on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti")
+                outputs.append(kept.select(*[F.col(quote_column(c)).cast(spark_types[c]).alias(c) for c in columns]))
             if inserts is not None:
-                new_rows = s.join(target, join, "left_anti")
+                new_rows = s.join(matched.select(SOURCE_ROW_COLUMN), on=SOURCE_ROW_COLUMN, how="left_anti").alias("s")
                 outputs.append(_insert_rows(new_rows, inserts, columns, spark_types))
         elif inserts is not None:
             outputs.append(_insert_rows(s, inserts, columns, spark_types))
+        scanned = time.monotonic()
 
         adds = []
         if outputs:
@@ -170,22 +213,66 @@ def merge_into(
             for more in outputs[1:]:
                 out = out.unionByName(more)
             adds = write_files(out, txn.write_context())
-        if touched.num_rows:
-            txn.remove_files(touched)
         if adds:
             txn.add_files(adds)
+        added = files_table(adds)
+        written = live_rows(added)
+        vectors = {"numDeletionVectorsAdded": 0, "numDeletionVectorsUpdated": 0, "numDeletionVectorsRemoved": 0}
+        if merge_on_read:
+            deletes = stage_row_deletes(txn, snapshot, hit, positions) if hit.num_rows else None
+            removed = added.slice(0, 0)
+            if deletes is not None:
+                metrics_of_deletes = row_delete_metrics(deletes)
+                vectors = {k: metrics_of_deletes[k] for k in vectors}
+                removed = deletes.removed.filter(pc.invert(pc.is_in(deletes.removed.column("path"), deletes.added.column("path"))))
+            copied: int | None = 0
+        else:
+            if hit.num_rows:
+                txn.remove_files(hit)
+            removed = hit
+            vectors["numDeletionVectorsRemoved"] = dropped_vectors(hit)
+            before = live_rows(hit)
+            copied = before - updated_rows - deleted_rows if before is not None else None
+        inserted = written - updated_rows - copied if written is not None and copied is not None else None
         metrics = MergeMetrics(
             source_rows=source_rows,
             target_files_scanned=candidates.num_rows,
-            target_files_removed=touched.num_rows,
+            target_files_removed=removed.num_rows,
             target_files_added=len(adds),
+            target_rows_inserted=inserted or 0,
+            target_rows_updated=updated_rows,
+            target_rows_deleted=deleted_rows,
+            target_rows_copied=copied or 0,
+            deletion_vectors_added=vectors["numDeletionVectorsAdded"],
+            deletion_vectors_updated=vectors["numDeletionVectorsUpdated"],
+            deletion_vectors_removed=vectors["numDeletionVectorsRemoved"],
         )
-        txn.set_operation_metrics(
-            numSourceRows=metrics.source_rows,
-            numTargetFilesScanned=metrics.target_files_scanned,
-            numTargetFilesRemoved=metrics.target_files_removed,
-            numTargetFilesAdded=metrics.target_files_added,
-        )
+        recorded = {
+            "numSourceRows": metrics.source_rows,
+            "numTargetFilesScanned": metrics.target_files_scanned,
+            "numTargetFilesRemoved": metrics.target_files_removed,
+            "numTargetFilesAdded": metrics.target_files_added,
+            "numTargetChangeFilesAdded": 0,
+            "numTargetBytesAdded": sum(a.size for a in adds),
+            "numTargetBytesRemoved": int(pc.sum(removed.column("size")).as_py() or 0) if removed.num_rows else 0,
+            "numTargetRowsUpdated": updated_rows,
+            "numTargetRowsMatchedUpdated": updated_rows,
+            "numTargetRowsDeleted": deleted_rows,
+            "numTargetRowsMatchedDeleted": deleted_rows,
+            "numTargetDeletionVectorsAdded": metrics.deletion_vectors_added,
+            "numTargetDeletionVectorsUpdated": metrics.deletion_vectors_updated,
+            "numTargetDeletionVectorsRemoved": metrics.deletion_vectors_removed,
+            "scanTimeMs": int((scanned - started) * 1000),
+            "rewriteTimeMs": int((time.monotonic() - scanned) * 1000),
+            "executionTimeMs": int((time.monotonic() - started) * 1000),
+        }
+        if written is not None:
+            recorded["numOutputRows"] = written
+        if inserted is not None:
+            recorded["numTargetRowsInserted"] = inserted
+        if copied is not None:
+            recorded["numTargetRowsCopied"] = copied
+        txn.set_operation_metrics(**recorded)
         return metrics
     finally:
         for frame in cached:
@@ -203,42 +290,69 @@ def _insert_rows(rows: Any, inserts: Mapping[str, str], columns: Sequence[str], 
     )
 
 
-def _matched_files(uri: str, target: Any, source: Any, join: Any, condition: MergeCondition, *, check_duplicates: bool) -> list[str]:
-    """The files holding a matched row; with ``check_duplicates``, raises DuplicateMatchError if
-    a target row is matched by more than one source row. One Spark job; only file paths (and
-    match counts) come back to the driver."""
-    if not check_duplicates:
-        matched = target.join(source, join, "left_semi").select(F.col(FILE_COLUMN).alias("file")).distinct()
-        return [r["file"] for r in matched.collect()]
+def _cell(i: int) -> str:
+    return f"__txnlog_c{i}"
 
-    keys = [F.col(f"t.{quote_column(t)}").alias(f"k{i}") for i, (t, _) in enumerate(condition.pairs)]
-    per_key = (
-        target.join(source, join, "inner")
-        .select(F.col(f"t.{FILE_COLUMN}").alias("file"), F.col(f"s.{SOURCE_ROW_COLUMN}").alias("sid"), *keys)
-        .groupBy("file", *[f"k{i}" for i in range(len(keys))])
-        .agg(F.countDistinct("sid").alias("n"))
-    )
-    rows = (
-        per_key.groupBy("file")
-        .agg(F.max("n").alias("n"), F.max_by(F.struct(*[f"k{i}" for i in range(len(keys))]), "n").alias("key"))
-        .collect()
-    )
-    worst = max(rows, key=lambda r: r["n"], default=None)
-    if worst is not None and worst["n"] > 1:
-        key = {t: worst["key"][f"k{i}"] for i, (t, _) in enumerate(condition.pairs)}
-        raise DuplicateMatchError(
-            f"merge into {uri}: {worst['n']} source rows match the same target row (key {key}, in file {worst['file']}); "
-            "a target row may be updated or deleted by one source row only: deduplicate the source",
-            uri=uri,
-            key=key,
-            source_rows=int(worst["n"]),
+
+def _key(i: int) -> str:
+    return f"__txnlog_k{i}"
+
+
+def _touched_rows(uri: str, matched: Any, condition: MergeCondition, *, check_duplicates: bool) -> tuple[pa.Array, pa.Array, int, int]:
+    """From the matched (target row, source row) pairs: the files holding a row the MERGE
+    changes, the physical positions of those rows (a list per file), and how many rows are
+    updated and deleted. With ``check_duplicates``, raises DuplicateMatchError if a target row
+    is matched by more than one source row. One Spark job; one row per file comes back."""
+    names = [_key(i) for i in range(len(condition.pairs))]
+    rows = matched
+    if check_duplicates:
+        rows = matched.groupBy(FILE_COLUMN, ROW_INDEX_COLUMN).agg(
+            F.count(F.lit(1)).alias("n"),
+            F.max(_TOUCHED).alias(_TOUCHED),
+            F.max(_DELETED).alias(_DELETED),
+            F.first(F.struct(*names)).alias("key"),
         )
-    return [r["file"] for r in rows]
+    changed = F.col(_TOUCHED)
+    aggregates = [
+        F.collect_list(F.when(changed, F.col(ROW_INDEX_COLUMN))).alias("rows"),
+        F.sum(F.when(changed & ~F.col(_DELETED), 1).otherwise(0)).alias("updated"),
+        F.sum(F.when(F.col(_DELETED), 1).otherwise(0)).alias("deleted"),
+    ]
+    if check_duplicates:
+        aggregates += [F.max("n").alias("n"), F.max_by("key", "n").alias("key")]
+    try:
+        per_file = rows.groupBy(FILE_COLUMN).agg(*aggregates).toArrow()
+    except SPARK_FAILURES as e:
+        raise job_error(e, f"the Spark job matching the merge source with table {uri}") from e
+    if check_duplicates and per_file.num_rows:
+        worst = int(pc.index(per_file.column("n"), pc.max(per_file.column("n"))).as_py())
+        n = int(per_file.column("n")[worst].as_py())
+        if n > 1:
+            found = per_file.column("key")[worst].as_py()
+            key = {t: found[_key(i)] for i, (t, _) in enumerate(condition.pairs)}
+            path = per_file.column(FILE_COLUMN)[worst].as_py()
+            raise DuplicateMatchError(
+                f"merge into {uri}: {n} source rows match the same target row (key {key}, in file {path}); "
+                "a target row may be updated or deleted by one source row only: deduplicate the source",
+                uri=uri,
+                key=key,
+                source_rows=n,
+            )
+    changed_files = pc.greater(pc.list_value_length(per_file.column("rows")), 0)
+    kept = per_file.filter(changed_files)
+    return (
+        kept.column(FILE_COLUMN).combine_chunks(),
+        kept.column("rows").combine_chunks(),
+        int(pc.sum(per_file.column("updated")).as_py() or 0),
+        int(pc.sum(per_file.column("deleted")).as_py() or 0),
+    )
 
 
 def _read_tagged(spark: Any, snapshot: Snapshot, files: pa.Table) -> Any:
-    """The rows of ``files`` (deletion vectors applied) with the file's log path in FILE_COLUMN."""
-    return read_files(spark, snapshot, files, with_file_column=True).withColumnRenamed(READER_FILE_COLUMN, FILE_COLUMN)
+    """The rows of ``files`` (deletion vectors applied) with the file's log path in FILE_COLUMN
+    and each row's physical position in ROW_INDEX_COLUMN."""
+    rows = read_files(spark, snapshot, files, with_file_column=True, with_row_index=True)
+    return rows.withColumnRenamed(READER_FILE_COLUMN, FILE_COLUMN)
 
 
 def merge(
@@ -275,7 +389,7 @@ def merge(
             when_matched_delete=when_matched_delete,
             when_not_matched_insert=when_not_matched_insert,
         )
-        if metrics.target_files_removed == 0 and metrics.target_files_added == 0:
+        if not metrics.changed:
             txn.abort()
             return None
     return txn.result

@@ -4,11 +4,14 @@ The file list comes from the log, never from listing directories. Spark's own Pa
 reads those files (so reads cost what ``spark.read.parquet`` costs) with the table's physical
 schema; txnlog then adds what Parquet files do not hold:
 
-- partition columns, from each file's ``partitionValues`` typed by the table schema (joined on
-  the file's path through Spark's ``_metadata.file_path``), not from directory names;
+- partition columns, from each file's ``partitionValues`` typed by the table schema, not from
+  directory names: a small broadcast table, one row per file, joined on Spark's own
+  ``_metadata.file_path`` text (worked out once per file on the driver from
+  ``DataFrame.inputFiles``, so no row pays for a path conversion);
 - logical column names under column mapping (files hold physical names);
-- deletion vectors, decoded on the driver and anti-joined on ``_metadata.row_index``: the rows
-  they delete never come back.
+- deletion vectors, decoded on the driver and anti-joined on ``_metadata.row_index`` (the
+  physical position of a row in its file, what a deletion vector names): the rows they delete
+  never come back.
 
 Every path goes through :meth:`Snapshot.locate`, so nothing outside the table root is opened
 because a log entry says so.
@@ -16,13 +19,15 @@ because a log entry says so.
 
 from __future__ import annotations
 
+import re
+import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
 from pyspark.sql import functions as F
-from pyspark.sql.types import StringType, StructField, StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from txnlog import Table, Timestamp
 from txnlog.errors import TxnLogError
@@ -38,8 +43,16 @@ if TYPE_CHECKING:
 
 #: The column :func:`read_files` adds with ``with_file_column=True``: each row's ``add.path``.
 FILE_COLUMN = "_txnlog_file"
+#: The column :func:`read_files` adds with ``with_row_index=True``: each row's physical position
+#: in its data file (counting rows a deletion vector deletes), what a deletion vector names.
+ROW_INDEX_COLUMN = "_txnlog_row_index"
 _KEY = "_txnlog_key"
 _ROW = "_txnlog_row"
+_SPARK_PATH = "_txnlog_spark_path"
+_RAW_PATH = "_txnlog_raw_path"
+# ``scheme:///path`` and ``scheme:/path`` name the same file (an empty authority); Spark prints
+# a local file one way in ``inputFiles`` and the other in ``_metadata.file_path``.
+_EMPTY_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):///")
 _MAPPING_NAME = PHYSICAL_NAME_KEY
 
 
@@ -113,15 +126,35 @@ def _deleted_rows(snapshot: Snapshot, files: pa.Table, keys: list[str]) -> pa.Ta
     return pa.table({_KEY: pa.concat_arrays(key_parts), _ROW: pa.concat_arrays(row_parts)})
 
 
-def read_files(spark: SparkSession, snapshot: Snapshot, files: pa.Table, *, with_file_column: bool = False) -> DataFrame:
+def _spark_paths(df: DataFrame, keys: list[str]) -> list[list[str]] | None:
+    """For each file key, the texts Spark's ``_metadata.file_path`` may give its rows (from the
+    listing Spark already made for ``df``), or None when some file is not found there."""
+    by_key: dict[str, list[str]] = {}
+    for listed in df.inputFiles():
+        spellings = by_key.setdefault(path_key(urllib.parse.unquote(listed)), [])
+        for text in (listed, _EMPTY_AUTHORITY.sub(r"\1:/", listed)):
+            if text not in spellings:
+                spellings.append(text)
+    found = [by_key.get(k) for k in keys]
+    return None if any(f is None for f in found) else [f for f in found if f is not None]
+
+
+def read_files(
+    spark: SparkSession, snapshot: Snapshot, files: pa.Table, *, with_file_column: bool = False, with_row_index: bool = False
+) -> DataFrame:
     """The rows of ``files`` (rows of ``snapshot.files()``) as a DataFrame with the table's
     logical schema, deletion vectors applied. ``with_file_column`` adds :data:`FILE_COLUMN`, the
-    ``add.path`` each row comes from (what copy-on-write rewrites need)."""
+    ``add.path`` each row comes from (what copy-on-write rewrites need); ``with_row_index``
+    adds :data:`ROW_INDEX_COLUMN`, its physical position in that file (what a deletion vector
+    names)."""
 
     table_fields, file_schema_json = _file_schema(snapshot)
     logical = spark_schema_of(orjson.dumps({"type": "struct", "fields": table_fields}).decode())
     file_schema = spark_schema_of(orjson.dumps(file_schema_json).decode())
-    out_schema = StructType([*logical.fields, StructField(FILE_COLUMN, StringType())]) if with_file_column else logical
+    extra_fields = [StructField(FILE_COLUMN, StringType())] if with_file_column else []
+    if with_row_index:
+        extra_fields.append(StructField(ROW_INDEX_COLUMN, LongType()))
+    out_schema = StructType([*logical.fields, *extra_fields])
     if files.num_rows == 0:
         return spark.createDataFrame([], out_schema)
 
@@ -134,25 +167,32 @@ def read_files(spark: SparkSession, snapshot: Snapshot, files: pa.Table, *, with
     except TxnLogError as e:
         raise DeletionVectorError(f"cannot apply the deletion vectors of table {snapshot.uri}: {e}") from e
     partitions = list(snapshot.partition_columns)
-    need_join = bool(partitions) or deleted is not None or with_file_column
+    need_join = bool(partitions) or deleted is not None or with_file_column or with_row_index
 
     df = spark.read.schema(file_schema).parquet(*[hadoop_path(u) for u in sorted(set(uris))])
     physical = {f["name"]: (f.get("metadata") or {}).get(_MAPPING_NAME, f["name"]) for f in table_fields}
     mapped = snapshot.table_configuration.is_column_mapped
     if need_join:
-        extra = [spark_path_key(F.col("_metadata.file_path")).alias(_KEY)]
-        if deleted is not None:
-            extra.append(F.col("_metadata.row_index").alias(_ROW))
-        df = df.select("*", *extra)
-        if deleted is not None:
-            df = df.join(F.broadcast(spark.createDataFrame(deleted)), on=[_KEY, _ROW], how="left_anti")
         file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path")})
         if partitions:
             values = parse_partition_values(files, snapshot.schema, partitions, snapshot.configuration)
             for name in values.column_names:
                 file_rows = file_rows.append_column(name, values.column(name))
-        file_df = spark.createDataFrame(file_rows)
-        df = df.join(F.broadcast(file_df), on=_KEY, how="inner")
+        spark_paths = _spark_paths(df, keys)
+        extra = [F.col("_metadata.row_index").alias(_ROW)] if (deleted is not None or with_row_index) else []
+        if spark_paths is None:  # never seen: Spark lists a file under a name txnlog cannot map
+            df = df.select("*", *extra, spark_path_key(F.col("_metadata.file_path")).alias(_KEY))
+            df = df.join(F.broadcast(spark.createDataFrame(file_rows)), on=_KEY, how="inner")
+        else:
+            # One row per spelling of each file: rows are matched on Spark's text as it is.
+            repeat = pa.array([i for i, names in enumerate(spark_paths) for _ in names], pa.int64())
+            file_rows = file_rows.take(repeat).append_column(_SPARK_PATH, pa.array([n for names in spark_paths for n in names], pa.string()))
+            df = df.select("*", *extra, F.col("_metadata.file_path").alias(_RAW_PATH))
+            joined = df.join(F.broadcast(spark.createDataFrame(file_rows)), F.col(_RAW_PATH) == F.col(_SPARK_PATH), "left")
+            unmatched = F.raise_error(F.concat(F.lit(f"txnlog: a row of table {snapshot.uri} comes from a file not in its file list: "), F.col(_RAW_PATH)))
+            df = joined.filter(F.when(F.col(_KEY).isNull(), unmatched).otherwise(F.lit(True)))
+        if deleted is not None:
+            df = df.join(F.broadcast(spark.createDataFrame(deleted)), on=[_KEY, _ROW], how="left_anti")
 
     by_name = {f.name: f for f in logical.fields}
     columns = []
@@ -167,7 +207,9 @@ def read_files(spark: SparkSession, snapshot: Snapshot, files: pa.Table, *, with
         columns.append(source.cast(target).alias(name) if (mapped or name.lower() in partition_set) else source.alias(name))
     if with_file_column:
         columns.append(F.col(FILE_COLUMN))
+    if with_row_index:
+        columns.append(F.col(_ROW).alias(ROW_INDEX_COLUMN))
     return df.select(*columns)
 
 
-__all__ = ["FILE_COLUMN", "read", "read_files"]
+__all__ = ["FILE_COLUMN", "ROW_INDEX_COLUMN", "read", "read_files"]

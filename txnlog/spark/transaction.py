@@ -10,6 +10,7 @@ for vacuum. A lost race that conflicts raises one of the :mod:`txnlog.errors` co
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,18 @@ from txnlog import AddFile, CommitResult, IsolationLevel, OptimisticTransaction,
 from txnlog.errors import FileNotLiveError, InvalidArgumentError, InvalidArgumentTypeError, TransactionError
 from txnlog.spark.common import column, require_dataframe
 from txnlog.spark.reader import read_files
-from txnlog.spark.writer import check_schema, files_table, files_with_matches, remove_where, write_files
+from txnlog.spark.writer import (
+    check_schema,
+    dropped_vectors,
+    files_table,
+    live_rows,
+    matching_files,
+    matching_positions,
+    remove_where,
+    row_delete_metrics,
+    stage_row_deletes,
+    write_files,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,6 +52,7 @@ class SparkTransaction:
         # plus staged adds, so a delete after an update in one transaction sees the update.
         self._view: pa.Table | None = None
         self._predicates: list[str] = []
+        self._metrics: dict[str, int] = {}
 
     @property
     def snapshot(self) -> Snapshot:
@@ -62,14 +75,25 @@ class SparkTransaction:
     def _live(self) -> pa.Table:
         return self._view if self._view is not None else self.snapshot.files()
 
-    def _staged(self, removed: pa.Table | None = None, added: list[AddFile] | None = None) -> None:
+    def _staged(self, removed: pa.Table | None = None, added: list[AddFile] | pa.Table | None = None) -> None:
+        # A file whose deletion vector changed is removed and added again under the same path:
+        # the removes go first, so its new entry is the one left in the view.
         view = self._live()
         if removed is not None and removed.num_rows:
             view = view.filter(pc.invert(pc.is_in(view.column("path"), removed.column("path"))))
-        if added:
-            new = files_table(added).select(view.column_names).cast(view.schema)
-            view = pa.concat_tables([view, new])
+        new = files_table(added) if isinstance(added, list) else added
+        if new is not None and new.num_rows:
+            view = pa.concat_tables([view, new.select(view.column_names).cast(view.schema)])
         self._view = view
+
+    def _count(self, metrics: Mapping[str, int]) -> None:
+        """Add one operation's metrics to the commit's: a transaction holding several DELETEs
+        or UPDATEs records their sums. Every operation counts the data files it adds and removes
+        (``numAddedFiles``, ``numRemovedFiles``) as delta-spark does: a file that only gets a new
+        deletion vector is neither, though the log removes and adds it."""
+        for name, value in metrics.items():
+            self._metrics[name] = self._metrics.get(name, 0) + int(value)
+        self.txn.set_operation_metrics(**self._metrics)
 
     # -- reads: recorded ---------------------------------------------------------------------
 
@@ -98,6 +122,11 @@ class SparkTransaction:
 
     def write_files(self, df: DataFrame, data_change: bool = True) -> list[AddFile]:
         """Write ``df`` as data files on the executors and stage them as adds."""
+        adds = self._write(df, data_change)
+        self._count({"numAddedFiles": len(adds)})
+        return adds
+
+    def _write(self, df: DataFrame, data_change: bool = True) -> list[AddFile]:
         adds = write_files(df, self.txn.write_context(), data_change=data_change)
         self.txn.add_files(adds, data_change=data_change)
         self._staged(added=adds)
@@ -114,10 +143,12 @@ class SparkTransaction:
             self._view = None if self._view is None else pa.concat_tables(
                 [self._view, add_files.select([c for c in self._view.column_names if c in add_files.column_names])], promote_options="default"
             )
+            self._count({"numAddedFiles": add_files.num_rows})
             return
         adds = list(add_files)
         self.txn.add_files(adds, data_change=data_change)
         self._staged(added=adds)
+        self._count({"numAddedFiles": len(adds)})
 
     def remove(self, files: pa.Table | Iterable[str] | Iterable[AddFile], data_change: bool = True) -> None:
         """Stage the removal of live files: rows of :meth:`files`, ``AddFile`` records, or
@@ -125,6 +156,7 @@ class SparkTransaction:
         if isinstance(files, pa.Table):
             self.txn.remove_files(files, data_change=data_change)
             self._staged(removed=files)
+            self._count({"numRemovedFiles": files.num_rows})
             return
         if isinstance(files, (str, bytes)):
             raise InvalidArgumentTypeError("remove() takes a list of paths, not a single string")
@@ -133,6 +165,7 @@ class SparkTransaction:
             adds = [f for f in items if isinstance(f, AddFile)]
             self.txn.remove_files(adds, data_change=data_change)
             self._staged(removed=files_table(adds))
+            self._count({"numRemovedFiles": len(adds)})
             return
         if not all(isinstance(f, str) for f in items):
             raise InvalidArgumentTypeError("remove() takes a file table, AddFile records or add.path strings")
@@ -144,22 +177,29 @@ class SparkTransaction:
                 raise FileNotLiveError(f"file {path!r} is not live in table {self.snapshot.uri} at version {self.snapshot.version}", path=str(path))
         self.txn.remove_files(chosen, data_change=data_change)
         self._staged(removed=chosen)
+        self._count({"numRemovedFiles": chosen.num_rows})
 
     def delete(self, predicate: str) -> int:
-        """Delete the rows matching ``predicate`` (copy-on-write: files whose partition values
-        match are dropped, a file holding matching and other rows is rewritten without the
-        matching ones). Returns how many files were removed."""
+        """Delete the rows matching ``predicate``. Files whose partition values match are
+        removed; in a file also holding other rows, the matching rows are marked in its deletion
+        vector where the table enables them (``delta.enableDeletionVectors``), else the file is
+        rewritten without them (copy-on-write). Returns how many file entries were removed (a
+        file whose vector grew counts: its old entry is replaced)."""
+        started = time.monotonic()
         self._record_predicate(predicate)
-        removed, added = remove_where(self.spark, self.txn, predicate, files=self._live())
-        self._staged(removed, added)
-        return int(removed.num_rows)
+        removal = remove_where(self.spark, self.txn, predicate, files=self._live())
+        self._staged(removal.removed, removal.added)
+        self._count({**removal.metrics, "executionTimeMs": _elapsed_ms(started)})
+        return int(removal.removed.num_rows)
 
     def update(self, predicate: str, set: Mapping[str, str]) -> int:  # noqa: A002 - the SQL word
-        """``UPDATE ... SET col = expr WHERE predicate``, copy-on-write: only files holding a
-        matching row are rewritten. ``set`` maps column names to Spark SQL expressions over the
-        row. Returns how many files were rewritten."""
+        """``UPDATE ... SET col = expr WHERE predicate``. ``set`` maps column names to Spark SQL
+        expressions over the row. Where the table enables deletion vectors, the old rows are
+        marked deleted and only their new versions are written; otherwise (copy-on-write) each
+        file holding a matching row is rewritten. Returns how many file entries were replaced."""
         if not set:
             raise InvalidArgumentError("update() needs at least one column in set")
+        started = time.monotonic()
         snapshot = self.snapshot
         names = {f.name.lower(): f.name for f in snapshot.schema}
         for target in set:
@@ -168,23 +208,59 @@ class SparkTransaction:
         self._record_predicate(predicate)
         self.txn.filter_files(predicate)  # records the read
         candidates = snapshot.predicate(predicate).filter(self._live())
-        if candidates.num_rows == 0:
-            return 0
-        hit = files_with_matches(self.spark, snapshot, candidates, predicate)
-        if hit.num_rows == 0:
-            return 0
         matches = F.coalesce(F.expr(predicate), F.lit(False))
-        source = read_files(self.spark, snapshot, hit)
         new_values = {names[c.lower()]: e for c, e in set.items()}
+        merge_on_read = self.txn.table_configuration.deletion_vectors_enabled
+        if merge_on_read:
+            hit, positions = matching_positions(self.spark, snapshot, candidates, matches) if candidates.num_rows else (candidates, [])
+        else:
+            hit, matched = matching_files(self.spark, snapshot, candidates, matches) if candidates.num_rows else (candidates, 0)
+        scanned = time.monotonic()
+        if hit.num_rows == 0:
+            self._count({"numUpdatedRows": 0, "numCopiedRows": 0, "executionTimeMs": _elapsed_ms(started)})
+            return 0
+        source = read_files(self.spark, snapshot, hit)
         types = {f.name: f.dataType for f in source.schema.fields}
-        updated = source.select(*[
-            F.when(matches, F.expr(new_values[c]).cast(types[c])).otherwise(column(c)).alias(c) if c in new_values else column(c)
-            for c in source.columns
-        ])
-        self.txn.remove_files(hit)
-        self._staged(removed=hit)
-        self.write_files(updated)
-        return int(hit.num_rows)
+
+        def new_value(c: str, condition: Any) -> Any:
+            value = F.expr(new_values[c]).cast(types[c])
+            return (F.when(condition, value).otherwise(column(c)) if condition is not None else value).alias(c)
+
+        if merge_on_read:
+            updated = source.filter(matches).select(*[new_value(c, None) if c in new_values else column(c) for c in source.columns])
+            adds = self._write(updated)  # only the new versions of the updated rows
+            deletes = stage_row_deletes(self.txn, snapshot, hit, positions)
+            self._staged(deletes.removed, deletes.added)
+            metrics = row_delete_metrics(deletes)
+            metrics["numUpdatedRows"] = metrics.pop("numDeletedRows")
+            removed = deletes.removed
+        else:
+            rewritten = source.select(*[new_value(c, matches) if c in new_values else column(c) for c in source.columns])
+            self.txn.remove_files(hit)
+            self._staged(removed=hit)
+            adds = self._write(rewritten)
+            written = live_rows(files_table(adds))
+            metrics = {
+                "numRemovedFiles": hit.num_rows,
+                "numRemovedBytes": int(pc.sum(hit.column("size")).as_py() or 0),
+                "numDeletionVectorsAdded": 0,
+                "numDeletionVectorsUpdated": 0,
+                "numDeletionVectorsRemoved": dropped_vectors(hit),
+                "numUpdatedRows": matched,
+            }
+            if written is not None:  # every live row of a rewritten file is written again
+                metrics["numCopiedRows"] = written - matched
+            removed = hit
+        self._count({
+            **metrics,
+            "numAddedFiles": len(adds),
+            "numAddedBytes": sum(a.size for a in adds),
+            "numAddedChangeFiles": 0,
+            "scanTimeMs": _elapsed_ms(started, scanned),
+            "rewriteTimeMs": _elapsed_ms(scanned),
+            "executionTimeMs": _elapsed_ms(started),
+        })
+        return int(removed.num_rows)
 
     def overwrite(self, df: DataFrame, predicate: str | None = None) -> list[AddFile]:
         """Replace every row (or the rows matching ``predicate``, and then every row of ``df``
@@ -196,13 +272,22 @@ class SparkTransaction:
             self.txn.read_whole_table()
             removed, added = self._live(), list[AddFile]()
             self.txn.remove_files(removed)
+            files_metrics = {"numRemovedFiles": removed.num_rows}
         else:
-            removed, added = remove_where(self.spark, self.txn, predicate, ctx=ctx, files=self._live())
+            removal = remove_where(self.spark, self.txn, predicate, ctx=ctx, files=self._live())
+            removed, added = removal.removed, removal.added
+            files_metrics = {k: removal.metrics.get(k, 0) for k in ("numRemovedFiles", "numAddedFiles")}
         self._staged(removed, added)
         adds = write_files(df, ctx, require=predicate)
         self.txn.add_files(adds)
         self._staged(added=adds)
+        files_metrics["numAddedFiles"] = files_metrics.get("numAddedFiles", 0) + len(adds)
+        self._count(files_metrics)
         return adds
+
+
+def _elapsed_ms(start: float, end: float | None = None) -> int:
+    return int(((time.monotonic() if end is None else end) - start) * 1000)
 
 
 @contextlib.contextmanager

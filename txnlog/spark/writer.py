@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -26,6 +27,7 @@ from pyspark.sql import functions as F
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
 from txnlog.expressions import FilePredicate
+from txnlog.file_facts import num_records
 from txnlog.log import FILES_SCHEMA, decode_action, encode_action, table_from_log_dicts
 from txnlog.schema import arrow_to_delta_schema
 from txnlog.spark.common import (
@@ -37,7 +39,8 @@ from txnlog.spark.common import (
     job_error,
     require_dataframe,
 )
-from txnlog.spark.reader import FILE_COLUMN, read_files
+from txnlog.spark.reader import FILE_COLUMN, ROW_INDEX_COLUMN, read_files
+from txnlog.write import RowDeletes, delete_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -202,6 +205,54 @@ def _start(table: Table, df: DataFrame, mode: str, partition_by: Sequence[str] |
     return txn
 
 
+@dataclass(frozen=True)
+class RowRemoval:
+    """What a row-level DELETE (or the delete half of an UPDATE) staged: ``removed`` and
+    ``added`` are the file entries staged as removes and adds (with deletion vectors: the same
+    files with their grown vectors; copy-on-write: the rewritten copies); ``metrics`` delta-spark's
+    DELETE operation metrics for them."""
+
+    removed: pa.Table
+    added: pa.Table
+    metrics: dict[str, int]
+
+
+def live_rows(files: pa.Table) -> int | None:
+    """The rows of ``files`` that no deletion vector deletes, by their stats; None when a file
+    has no stats (then nobody knows without reading it)."""
+    if not files.num_rows:
+        return 0
+    if files.column("stats").null_count:
+        return None
+    cardinalities = pc.struct_field(files.column("deletion_vector"), "cardinality")
+    return num_records(files) - int(pc.sum(cardinalities).as_py() or 0)
+
+
+def _file_bytes(files: pa.Table) -> int:
+    return int(pc.sum(files.column("size")).as_py() or 0) if files.num_rows else 0
+
+
+def _delete_metrics(
+    *, removed_files: pa.Table, added_files: pa.Table, deleted: int | None, copied: int | None, vectors: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    metrics = {
+        "numRemovedFiles": removed_files.num_rows,
+        "numAddedFiles": added_files.num_rows,
+        "numRemovedBytes": _file_bytes(removed_files),
+        "numAddedBytes": _file_bytes(added_files),
+        "numAddedChangeFiles": 0,
+        "numDeletionVectorsAdded": 0,
+        "numDeletionVectorsUpdated": 0,
+        "numDeletionVectorsRemoved": 0,
+    }
+    metrics.update(vectors or {})
+    if deleted is not None:
+        metrics["numDeletedRows"] = deleted
+    if copied is not None:
+        metrics["numCopiedRows"] = copied
+    return metrics
+
+
 def remove_where(
     spark: SparkSession,
     txn: OptimisticTransaction,
@@ -209,43 +260,110 @@ def remove_where(
     *,
     ctx: WriteContext | None = None,
     files: pa.Table | None = None,
-) -> tuple[pa.Table, list[AddFile]]:
-    """Stage the removal of every row matching ``predicate`` (copy-on-write), recording the read;
-    the files removed and the files written in their place.
+) -> RowRemoval:
+    """Stage the removal of every row matching ``predicate``, recording the read.
 
-    Files whose partition values alone decide the predicate are removed whole; a file that also
-    holds non-matching rows is rewritten without the matching ones, but only if it holds a
-    matching row. ``files``: the live files as the transaction sees them so far (the snapshot's,
-    by default).
+    Files whose partition values alone decide the predicate are removed whole. Otherwise, on a
+    table with deletion vectors enabled, the matching rows of each file are marked in its
+    vector (no data file is written); without them (copy-on-write), a file holding a matching
+    row is rewritten without the matching ones. ``files``: the live files as the transaction
+    sees them so far (the snapshot's, by default).
     """
     snapshot = txn.snapshot
+    empty = FILES_SCHEMA.empty_table()
     if snapshot is None:
-        return FILES_SCHEMA.empty_table(), []
+        return RowRemoval(empty, empty, {})
     candidates = txn.filter_files(predicate)  # records the read
     if files is not None:
         candidates = snapshot.predicate(predicate).filter(files)
     if candidates.num_rows == 0:
-        return candidates, []
+        return RowRemoval(candidates, empty, _delete_metrics(removed_files=empty, added_files=empty, deleted=0, copied=0))
     if snapshot.predicate(predicate).matches_partition_only():
         txn.remove_files(candidates)
-        return candidates, []
-    hit = files_with_matches(spark, snapshot, candidates, predicate)
+        metrics = _delete_metrics(removed_files=candidates, added_files=empty, deleted=live_rows(candidates), copied=0)
+        return RowRemoval(candidates, empty, metrics)
+    matches = F.coalesce(F.expr(predicate), F.lit(False))
+    if txn.table_configuration.deletion_vectors_enabled:
+        hit, positions = matching_positions(spark, snapshot, candidates, matches)
+        deletes = stage_row_deletes(txn, snapshot, hit, positions)
+        return RowRemoval(deletes.removed, deletes.added, row_delete_metrics(deletes))
+    hit, deleted = matching_files(spark, snapshot, candidates, matches)
     if hit.num_rows == 0:
-        return hit, []
-    kept = read_files(spark, snapshot, hit).filter(~F.coalesce(F.expr(predicate), F.lit(False)))
-    adds = write_files(kept, ctx or txn.write_context())
-    txn.add_files(adds)
+        return RowRemoval(hit, empty, _delete_metrics(removed_files=empty, added_files=empty, deleted=0, copied=0))
+    kept = read_files(spark, snapshot, hit).filter(~matches)
+    added = files_table(write_files(kept, ctx or txn.write_context()))
+    txn.add_files(added)
     txn.remove_files(hit)
-    return hit, adds
+    metrics = _delete_metrics(removed_files=hit, added_files=added, deleted=deleted, copied=live_rows(added))
+    metrics["numDeletionVectorsRemoved"] = dropped_vectors(hit)
+    return RowRemoval(hit, added, metrics)
+
+
+def dropped_vectors(files: pa.Table) -> int:
+    """How many of ``files`` have a deletion vector (dropped with them when they are rewritten)."""
+    return int(pc.sum(files.column("deletion_vector").is_valid()).as_py() or 0)
+
+
+def row_delete_metrics(deletes: RowDeletes) -> dict[str, int]:
+    """delta-spark's DELETE metrics for rows deleted through deletion vectors: files count only
+    when every row of one is deleted (it is removed), no row is copied."""
+    gone = deletes.removed.filter(pc.invert(pc.is_in(deletes.removed.column("path"), deletes.added.column("path"))))
+    return _delete_metrics(removed_files=gone, added_files=FILES_SCHEMA.empty_table(), deleted=None, copied=0, vectors=deletes.metrics())
+
+
+def matching_positions(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, condition: Any) -> tuple[pa.Table, list[pa.Array]]:
+    """The rows of ``candidates`` holding a row on which ``condition`` (a Spark Column) is TRUE,
+    and for each of them the physical positions of those rows (int64). One Spark job; only the
+    positions, one array per file, come back to the driver."""
+    rows = read_files(spark, snapshot, candidates, with_file_column=True, with_row_index=True).filter(condition)
+    grouped = rows.groupBy(FILE_COLUMN).agg(F.collect_list(ROW_INDEX_COLUMN).alias("rows"))
+    try:
+        found = grouped.toArrow()
+    except SPARK_FAILURES as e:
+        raise job_error(e, f"the Spark job finding the rows to change in table {snapshot.uri}") from e
+    return positions_of(candidates, found.column(FILE_COLUMN), found.column("rows"))
+
+
+def positions_of(candidates: pa.Table, paths: pa.ChunkedArray | pa.Array, rows: pa.ChunkedArray | pa.Array) -> tuple[pa.Table, list[pa.Array]]:
+    """``candidates`` narrowed to ``paths`` (in that order) and each file's positions out of the
+    list column ``rows``."""
+    index = {p: i for i, p in enumerate(candidates.column("path").to_pylist())}
+    order = pa.array([index[p] for p in paths.to_pylist()], pa.int64())
+    lists = rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows
+    positions = [lists[i].values for i in range(len(lists))]
+    return candidates.take(order), positions
+
+
+def stage_row_deletes(txn: OptimisticTransaction, snapshot: Snapshot, files: pa.Table, positions: Sequence[pa.Array]) -> RowDeletes:
+    """Mark ``positions[i]`` deleted in the deletion vector of ``files[i]`` (unioned with the
+    vector it has), writing the vector file on the driver, and stage the file actions."""
+    store = txn.location.store
+    old = snapshot.read_context().deleted_rows(files, store)
+    deletes = delete_rows(store, files, list(positions), old)
+    if deletes.removed.num_rows:
+        txn.remove_files(deletes.removed)
+    if deletes.added.num_rows:
+        txn.add_files(deletes.added)
+    return deletes
 
 
 def files_with_matches(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, predicate: str) -> pa.Table:
     """The rows of ``candidates`` (a file list) holding a row on which ``predicate`` is TRUE:
     the files a copy-on-write DELETE or UPDATE must rewrite. One Spark job over the candidates."""
-    rows = read_files(spark, snapshot, candidates, with_file_column=True)
-    matches = F.coalesce(F.expr(predicate), F.lit(False))
-    touched = sorted({r[0] for r in rows.filter(matches).select(FILE_COLUMN).distinct().collect()})
-    return candidates.filter(pc.is_in(candidates.column("path"), pa.array(touched, pa.string())))
+    return matching_files(spark, snapshot, candidates, F.coalesce(F.expr(predicate), F.lit(False)))[0]
+
+
+def matching_files(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, condition: Any) -> tuple[pa.Table, int]:
+    """The rows of ``candidates`` holding a row on which ``condition`` (a Spark Column) is
+    TRUE, and how many such rows there are. One Spark job; one row per file comes back."""
+    rows = read_files(spark, snapshot, candidates, with_file_column=True).filter(condition)
+    try:
+        counts = rows.groupBy(FILE_COLUMN).count().collect()
+    except SPARK_FAILURES as e:
+        raise job_error(e, f"the Spark job finding the rows to change in table {snapshot.uri}") from e
+    touched = sorted(r[0] for r in counts)
+    hit = candidates.filter(pc.is_in(candidates.column("path"), pa.array(touched, pa.string())))
+    return hit, sum(int(r[1]) for r in counts)
 
 
 def files_table(adds: Sequence[AddFile]) -> pa.Table:
@@ -311,7 +429,7 @@ def write(
                 txn.remove_files(live)
                 removed = live.num_rows
             else:
-                removed = remove_where(df.sparkSession, txn, replace_where, ctx=ctx)[0].num_rows
+                removed = remove_where(df.sparkSession, txn, replace_where, ctx=ctx).removed.num_rows
         adds = write_files(df, ctx, target_file_size=target_file_size, require=replace_where)
         txn.add_files(adds)
         if _changes_nothing(txn, adds, removed, app_id):
@@ -329,5 +447,21 @@ def _changes_nothing(txn: OptimisticTransaction, adds: Sequence[AddFile], remove
     return txn.metadata == txn.snapshot.metadata
 
 
-__all__ = ["MODES", "check_schema", "files_table", "remove_where", "write", "write_files"]
+__all__ = [
+    "MODES",
+    "RowRemoval",
+    "check_schema",
+    "dropped_vectors",
+    "files_table",
+    "files_with_matches",
+    "live_rows",
+    "matching_files",
+    "matching_positions",
+    "positions_of",
+    "remove_where",
+    "row_delete_metrics",
+    "stage_row_deletes",
+    "write",
+    "write_files",
+]
 
