@@ -198,6 +198,9 @@ def test_version_and_timestamp_as_of_and_a_loaded_dataframe_stays_on_its_version
     assert spark_ds.read.format("txnlog").option("versionAsOf", 0).load(uri).count() == 10
     stamp = dt.datetime.fromtimestamp(first / 1000, tz=dt.timezone.utc).isoformat()
     assert spark_ds.read.format("txnlog").option("timestampAsOf", stamp).load(uri).count() == 10
+    empty = str(tmp_path / "empty")
+    spark_ds.createDataFrame([], "id long").write.format("txnlog").mode("append").save(empty)  # creates the table
+    assert txnlog.Table(empty).latest_version() == 0 and spark_ds.read.format("txnlog").load(empty).count() == 0
 
 
 def _many_files(spark: Any, uri: str) -> None:

@@ -167,7 +167,7 @@ def commit_write(plan: WritePlan, messages: list[WriterCommitMessage | None]) ->
     if errors:
         error = errors[0]
         if adds:
-            error.add_note(f"txnlog: {len(adds)} data file(s) other tasks wrote are left uncommitted for vacuum")
+            error.add_note(f"txnlog: nothing committed; the {len(adds)} data file(s) other tasks wrote are deleted by the job's abort")
         raise error
     ctx = plan.context
     if ctx is None:
