@@ -1,4 +1,4 @@
-"""txnlog.spark on a real cluster shape and over Spark Connect.
+"""txnlog.spark (the functions and format("txnlog")) on a real cluster shape and over Spark Connect.
 
 Each test starts its own Spark processes: a standalone master and two workers (pyspark's own
 ``bin/spark-class``), and a local Spark Connect server. A test process holds one SparkContext
@@ -45,7 +45,13 @@ spark = (builder.config("spark.sql.session.timeZone", "UTC").config("spark.sql.s
 df = spark.range(0, 5000, numPartitions=4).selectExpr("id", "cast(id % 5 as string) as p", "id * 2 as v")
 version = ts.write(df, uri, partition_by=["p"])
 totals = ts.read(spark, uri).groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
-result = {"kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"]}
+# The data source: its class travels by reference, so the executors (or the Connect server's
+# workers) import txnlog themselves.
+ts.register(spark)
+df.write.format("txnlog").mode("append").option("partitionBy", "p").save(uri + "_format")
+back = spark.read.format("txnlog").load(uri + "_format").groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
+result = {"kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"],
+          "format_count": back["count(1)"], "format_sum": back["sum(v)"]}
 print("RESULT " + json.dumps(result), flush=True)
 spark.stop()
 """
@@ -82,8 +88,10 @@ def _check(result: dict[str, object], uri: str) -> None:
     assert result["version"] == 0
     assert result["count"] == 5000
     assert result["sum"] == sum(range(5000)) * 2
-    snap = txnlog.Table(uri).snapshot()
-    assert snap.version == 0 and sorted({m[0][1] for m in snap.files().column("partition_values").to_pylist()}) == list("01234")
+    assert (result["format_count"], result["format_sum"]) == (result["count"], result["sum"])
+    for table in (uri, uri + "_format"):
+        snap = txnlog.Table(table).snapshot()
+        assert snap.version == 0 and sorted({m[0][1] for m in snap.files().column("partition_values").to_pylist()}) == list("01234")
 
 
 def _wait_for_port(port: int, procs: list[subprocess.Popen[bytes]], log: Path, timeout: float = 90) -> None:

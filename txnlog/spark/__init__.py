@@ -1,5 +1,7 @@
 """txnlog on Spark: executors write and read the data files, txnlog owns the log.
 
+- :func:`register`: ``spark.read.format("txnlog")`` and ``df.write.format("txnlog")`` in a
+  session (the data source of :mod:`txnlog.spark.datasource`);
 - :func:`write` / :func:`write_files`: a DataFrame to a table, Parquet written by the executors;
 - :func:`read` / :func:`read_files`: a snapshot's live files as a DataFrame;
 - :func:`files`: the live file list reconstructed on the executors, for tables whose list
@@ -12,6 +14,7 @@ Needs the `spark` extra (PySpark 4, pyroaring); executors need only txnlog, pyar
 """
 
 from txnlog.spark.common import SparkJobError, SparkWorkerPythonError
+from txnlog.spark.datasource import register
 from txnlog.spark.files import files
 from txnlog.spark.merge import merge
 from txnlog.spark.optimize import OptimizeResult, optimize
@@ -31,6 +34,7 @@ __all__ = [
     "optimize",
     "read",
     "read_files",
+    "register",
     "transaction",
     "write",
     "write_files",

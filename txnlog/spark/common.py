@@ -68,8 +68,14 @@ def spark_schema_of(schema_string: str) -> StructType:
 
 def arrow_schema_of(df: DataFrame) -> pa.Schema:
     """The Arrow schema the DataFrame's rows arrive in at ``mapInArrow`` tasks."""
+    return arrow_schema_of_struct(df.schema)
+
+
+def arrow_schema_of_struct(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark exchanges rows of ``schema`` in with Python (``mapInArrow``, a
+    Python data source's batches): timestamps in UTC."""
     try:
-        return to_arrow_schema(df.schema, timezone="UTC")
+        return to_arrow_schema(schema, timezone="UTC")
     except Exception as e:
         raise SchemaError(f"the DataFrame's schema has a type txnlog cannot write: {e}") from None
 
@@ -178,6 +184,7 @@ __all__ = [
     "SparkJobError",
     "SparkWorkerPythonError",
     "arrow_schema_of",
+    "arrow_schema_of_struct",
     "column",
     "decode_error",
     "delta_schema_of",

@@ -15,7 +15,7 @@ rows), so the same code runs on a classic session, a cluster and over Spark Conn
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
@@ -32,7 +33,7 @@ from txnlog.log import FILES_SCHEMA, decode_action, encode_action, table_from_lo
 from txnlog.schema import arrow_to_delta_schema
 from txnlog.spark.common import (
     SPARK_FAILURES,
-    arrow_schema_of,
+    arrow_schema_of_struct,
     decode_error,
     delta_schema_of,
     encode_error,
@@ -69,7 +70,7 @@ class _WriteTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
             named = self._named(batches)
-            source = self._checked(named) if self.require is not None else named
+            source = check_rows(self.ctx, self.require, named) if self.require is not None else named
             written = self.ctx.write(source, data_change=self.data_change)
         except TxnLogError as e:
             yield pa.RecordBatch.from_pydict({"add": [None], "error": [encode_error(e)]}, schema=_RESULT_SCHEMA)
@@ -83,23 +84,24 @@ class _WriteTask:
             schema = pa.schema([f.with_name(n) for f, n in zip(batch.schema, self.column_names)])
             yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
-    def _checked(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """Rows must satisfy the replaceWhere condition (a null result does not)."""
-        assert self.require is not None
-        ctx = self.ctx
-        predicate = FilePredicate(self.require, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)
-        expression = predicate.row_filter()
-        for batch in batches:
-            table = pa.Table.from_batches([batch])
-            matching = table.filter(expression).num_rows
-            if matching != batch.num_rows:
-                bad = table.filter(~expression).slice(0, 1).to_pylist() or ["(a row where the condition is null)"]
-                raise ProtocolViolationError(
-                    f"{batch.num_rows - matching} written row(s) do not match the replaceWhere condition "
-                    f"{self.require!r} of table {ctx.table_uri}, e.g. {bad[0]}",
-                    rule="replaceWhere",
-                )
-            yield batch
+
+
+def check_rows(ctx: WriteContext, condition: str, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches``, each checked to satisfy the SQL ``condition`` (replaceWhere) on every row (a
+    null result does not), else ProtocolViolationError naming a failing row."""
+    predicate = FilePredicate(condition, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)
+    expression = predicate.row_filter()
+    for batch in batches:
+        table = pa.Table.from_batches([batch])
+        matching = table.filter(expression).num_rows
+        if matching != batch.num_rows:
+            bad = table.filter(~expression).slice(0, 1).to_pylist() or ["(a row where the condition is null)"]
+            raise ProtocolViolationError(
+                f"{batch.num_rows - matching} written row(s) do not match the replaceWhere condition "
+                f"{condition!r} of table {ctx.table_uri}, e.g. {bad[0]}",
+                rule="replaceWhere",
+            )
+        yield batch
 
 
 def write_files(
@@ -165,10 +167,11 @@ def write_files(
     return out
 
 
-def check_schema(df: DataFrame, ctx: WriteContext) -> None:
+def check_schema(df: DataFrame | StructType, ctx: WriteContext) -> None:
     """SchemaError naming the column unless ``df``'s columns and types fit the table: the same
-    check the executors make, done once on the driver before any file is written."""
-    ctx.check_schema(arrow_schema_of(df))
+    check the executors make, done once on the driver before any file is written. ``df`` may be
+    the DataFrame's schema alone (a data source's writer has no DataFrame)."""
+    ctx.check_schema(arrow_schema_of_struct(df if isinstance(df, StructType) else df.schema))
 
 
 def _add_columns(snapshot_schema: pa.Schema, df_schema: pa.Schema) -> pa.Schema | None:
@@ -179,13 +182,31 @@ def _add_columns(snapshot_schema: pa.Schema, df_schema: pa.Schema) -> pa.Schema 
     return pa.schema([*snapshot_schema, *new]) if new else None
 
 
-def _start(table: Table, df: DataFrame, mode: str, partition_by: Sequence[str] | None, properties: Mapping[str, str] | None,
-           merge_schema: bool, params: dict[str, Any]) -> OptimisticTransaction | None:
-    """The transaction of a write: a new table's first commit, or one on the existing table;
-    None when ``mode="ignore"`` finds a table."""
+def check_write_arguments(mode: str, replace_where: str | None, app_id: str | None, app_version: int | None) -> None:
+    """InvalidArgumentError unless the options of a write go together."""
+    if mode not in MODES:
+        raise InvalidArgumentError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    if replace_where is not None and mode != "overwrite":
+        raise InvalidArgumentError("replace_where needs mode='overwrite'")
+    if (app_id is None) != (app_version is None):
+        raise InvalidArgumentError("app_id and app_version go together")
+
+
+def write_parameters(mode: str, partition_by: Sequence[str] | None, replace_where: str | None) -> dict[str, Any]:
+    """The commit's operationParameters, as delta-spark records them for a write."""
+    params: dict[str, Any] = {"mode": mode.capitalize(), "partitionBy": list(partition_by or [])}
+    if replace_where is not None:
+        params["predicate"] = replace_where
+    return params
+
+
+def start_write(table: Table, schema: StructType, mode: str, partition_by: Sequence[str] | None, properties: Mapping[str, str] | None,
+                merge_schema: bool, params: dict[str, Any]) -> OptimisticTransaction | None:
+    """The transaction of a write of rows of ``schema`` (the DataFrame's): a new table's first
+    commit, or one on the existing table; None when ``mode="ignore"`` finds a table."""
     if not table.exists():
         txn = table.create_transaction("CREATE TABLE AS SELECT", operation_parameters=params)
-        txn.update_metadata(schema=delta_schema_of(df.schema), partition_columns=tuple(partition_by or ()),
+        txn.update_metadata(schema=delta_schema_of(schema), partition_columns=tuple(partition_by or ()),
                             configuration=dict(properties or {}))
         return txn
     if mode == "error":
@@ -199,7 +220,7 @@ def _start(table: Table, df: DataFrame, mode: str, partition_by: Sequence[str] |
             f"partition_by={list(partition_by)} differs from the partitioning {list(txn.metadata.partition_columns)} of table {table.uri}"
         )
     if merge_schema:
-        wider = _add_columns(txn.metadata.schema, arrow_schema_of(df))
+        wider = _add_columns(txn.metadata.schema, arrow_schema_of_struct(schema))
         if wider is not None:
             txn.update_metadata(schema=arrow_to_delta_schema(wider))
     return txn
@@ -398,47 +419,68 @@ def write(
     write idempotent. ``merge_schema`` adds the DataFrame's new columns to the table (nullable).
     """
     require_dataframe(df)
-    if mode not in MODES:
-        raise InvalidArgumentError(f"mode must be one of {list(MODES)}, got {mode!r}")
-    if replace_where is not None and mode != "overwrite":
-        raise InvalidArgumentError("replace_where needs mode='overwrite'")
-    if (app_id is None) != (app_version is None):
-        raise InvalidArgumentError("app_id and app_version go together")
+    check_write_arguments(mode, replace_where, app_id, app_version)
     if isinstance(partition_by, str):
         partition_by = [partition_by]
     table = Table(uri, storage_options)
-    params: dict[str, Any] = {"mode": mode.capitalize(), "partitionBy": list(partition_by or [])}
-    if replace_where is not None:
-        params["predicate"] = replace_where
-    txn = _start(table, df, mode, partition_by, properties, merge_schema, params)
+    txn = start_write(table, df.schema, mode, partition_by, properties, merge_schema, write_parameters(mode, partition_by, replace_where))
     if txn is None:
         return None
     with txn:
-        if app_id is not None:
-            assert app_version is not None
-            if txn.already_applied(app_id, app_version):
-                txn.abort()
-                return None
-            txn.set_app_transaction(app_id, int(app_version))
+        if claim_app_version(txn, app_id, app_version):
+            return None
         ctx = txn.write_context()
         check_schema(df, ctx)  # before any file is written, the rewrite of replace_where's too
-        removed = 0
-        if mode == "overwrite" and txn.snapshot is not None:
-            if replace_where is None:
-                live = txn.read_whole_table()
-                txn.remove_files(live)
-                removed = live.num_rows
-            else:
-                removed = remove_where(df.sparkSession, txn, replace_where, ctx=ctx).removed.num_rows
         adds = write_files(df, ctx, target_file_size=target_file_size, require=replace_where)
-        txn.add_files(adds)
-        if _changes_nothing(txn, adds, removed, app_id):
-            txn.abort()
+        spark = df.sparkSession
+        if not stage_write(txn, mode, replace_where, adds, app_id,
+                           remove_matching=lambda t, where: remove_where(spark, t, where, ctx=ctx).removed.num_rows):
             return None
     return txn.result
 
 
-def _changes_nothing(txn: OptimisticTransaction, adds: Sequence[AddFile], removed: int, app_id: str | None) -> bool:
+def claim_app_version(txn: OptimisticTransaction, app_id: str | None, app_version: int | None) -> bool:
+    """True (and ``txn`` aborted) when ``app_id`` has already committed ``app_version``: the
+    write is a replay to skip. Else the version is staged with the write."""
+    if app_id is None:
+        return False
+    assert app_version is not None
+    if txn.already_applied(app_id, app_version):
+        txn.abort()
+        return True
+    txn.set_app_transaction(app_id, int(app_version))
+    return False
+
+
+def stage_write(
+    txn: OptimisticTransaction,
+    mode: str,
+    replace_where: str | None,
+    adds: Sequence[AddFile],
+    app_id: str | None,
+    *,
+    remove_matching: Callable[[OptimisticTransaction, str], int],
+) -> bool:
+    """Stage a write's files in ``txn``: under ``mode="overwrite"`` first the removal of every
+    row (or, with ``replace_where``, of the rows ``remove_matching(txn, replace_where)`` removes,
+    returning how many files it removed), then ``adds``. False (and ``txn`` aborted) when that
+    changes nothing worth a commit."""
+    removed = 0
+    if mode == "overwrite" and txn.snapshot is not None:
+        if replace_where is None:
+            live = txn.read_whole_table()
+            txn.remove_files(live)
+            removed = live.num_rows
+        else:
+            removed = remove_matching(txn, replace_where)
+    txn.add_files(adds)
+    if changes_nothing(txn, adds, removed, app_id):
+        txn.abort()
+        return False
+    return True
+
+
+def changes_nothing(txn: OptimisticTransaction, adds: Sequence[AddFile], removed: int, app_id: str | None) -> bool:
     """Whether a write of an existing table stages no action at all (no file added or removed,
     no new schema, no app version): then there is nothing to commit. delta-spark skips such an
     empty commit too (``skipRecordingEmptyCommits``)."""
@@ -450,7 +492,11 @@ def _changes_nothing(txn: OptimisticTransaction, adds: Sequence[AddFile], remove
 __all__ = [
     "MODES",
     "RowRemoval",
+    "changes_nothing",
+    "check_rows",
     "check_schema",
+    "check_write_arguments",
+    "claim_app_version",
     "dropped_vectors",
     "files_table",
     "files_with_matches",
@@ -461,7 +507,10 @@ __all__ = [
     "remove_where",
     "row_delete_metrics",
     "stage_row_deletes",
+    "stage_write",
+    "start_write",
     "write",
     "write_files",
+    "write_parameters",
 ]
 

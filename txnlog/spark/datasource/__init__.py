@@ -1,0 +1,70 @@
+"""txnlog as a Spark data source: ``spark.read.format("txnlog")`` and ``df.write.format("txnlog")``.
+
+Register it once per session with :func:`register` (a Python data source lives in a session;
+importing this package cannot register it, as no session need exist yet). Reads decode the
+files with txnlog's own reader on the executors; writes have the tasks write Parquet and the
+driver commit once, with the checks of :func:`txnlog.spark.write`.
+
+- :mod:`~txnlog.spark.datasource.options`: the options both halves accept;
+- :mod:`~txnlog.spark.datasource.batch_read`: planning, filter pushdown, read tasks;
+- :mod:`~txnlog.spark.datasource.batch_write`: plan, tasks, one commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from txnlog.spark.datasource.batch_read import FilteringTableReader, TableReader, open_snapshot, table_schema
+from txnlog.spark.datasource.batch_write import TableWriter, plan_write
+from txnlog.spark.datasource.options import SourceOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: The format name: ``spark.read.format(NAME)``.
+NAME = "txnlog"
+#: The session setting without which Spark refuses a reader that takes pushed filters.
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+class TxnlogDataSource(DataSource):
+    """The ``txnlog`` format. Spark creates one per ``load``/``save`` from its options."""
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        # The version schema() saw: Spark pickles this object after schema() and plans the read
+        # with the copy, so the rows come from the version whose schema the DataFrame has.
+        self.pinned_version: int | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        snapshot = open_snapshot(SourceOptions.parse(self.options, writing=False))
+        self.pinned_version = snapshot.version
+        return table_schema(snapshot)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = SourceOptions.parse(self.options, writing=False)
+        kind = FilteringTableReader if options.filter_pushdown else TableReader
+        return kind(options, open_snapshot(options, self.pinned_version), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return TableWriter(plan_write(SourceOptions.parse(self.options, writing=True), schema, overwrite))
+
+
+def register(spark: SparkSession | Any) -> None:
+    """Make ``format("txnlog")`` available in ``spark`` (a classic or Spark Connect session), and
+    turn on Spark's filter pushdown to Python data sources, which ``option("filterPushdown",
+    "true")`` needs (a session setting, allowed at runtime; Spark refuses a reader that takes
+    pushed filters while it is off)."""
+    spark.dataSource.register(TxnlogDataSource)
+    spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
+
+
+__all__ = ["FILTER_PUSHDOWN_CONF", "NAME", "TxnlogDataSource", "register"]

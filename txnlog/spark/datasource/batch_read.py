@@ -1,0 +1,250 @@
+"""``spark.read.format("txnlog").load(uri)``: the reader half of the data source.
+
+Planning (a Python process on the driver) opens the snapshot, turns Spark's pushed filters into
+one :class:`~txnlog.expressions.FilePredicate`, lists the files it may match (partition values,
+min/max stats) and packs them into read tasks by size. Each task (an executor) decodes its files
+with the snapshot's picklable :class:`~txnlog.read.ReadContext`, the one place rows are decoded
+(column mapping, partition values, deletion vectors), and yields Arrow batches cast to the
+schema Spark was told.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+)
+from pyspark.sql.types import StructType
+
+from txnlog import Snapshot, Table
+from txnlog.errors import SchemaError, TxnLogError
+from txnlog.expressions import (
+    Expression,
+    FilePredicate,
+    column,
+    conjunction,
+    contains,
+    ends_with,
+    equal,
+    equal_null_safe,
+    greater_than,
+    greater_than_or_equal,
+    is_in,
+    is_not_null,
+    is_null,
+    less_than,
+    less_than_or_equal,
+    not_,
+    starts_with,
+)
+from txnlog.read import ReadContext
+from txnlog.spark.common import arrow_schema_of_struct, spark_schema_of
+from txnlog.spark.datasource.options import SourceOptions
+
+# The columns of ``Snapshot.files()`` a read task needs.
+_TASK_COLUMNS = ("path", "partition_values", "deletion_vector", "size")
+
+_COMPARISONS: dict[type[Filter], Any] = {
+    EqualTo: equal,
+    EqualNullSafe: equal_null_safe,
+    GreaterThan: greater_than,
+    GreaterThanOrEqual: greater_than_or_equal,
+    LessThan: less_than,
+    LessThanOrEqual: less_than_or_equal,
+}
+_STRING_MATCHES: dict[type[Filter], Any] = {StringStartsWith: starts_with, StringEndsWith: ends_with, StringContains: contains}
+
+
+def open_snapshot(options: SourceOptions, version: int | None = None) -> Snapshot:
+    """The snapshot a read sees: ``version`` when pinned, else ``versionAsOf``/``timestampAsOf``, else the latest."""
+    table = Table(options.uri, options.storage_options)
+    if version is not None:
+        return table.snapshot(version=version)
+    return table.snapshot(version=options.version, timestamp=options.timestamp)
+
+
+def table_schema(snapshot: Snapshot) -> StructType:
+    """The table's logical schema as Spark types, without Delta's own field metadata (column
+    mapping ids and physical names mean nothing to a reader of logical columns)."""
+
+    def clean(t: Any) -> Any:
+        if isinstance(t, dict):
+            kind = t.get("type")
+            if kind == "struct":
+                return {**t, "fields": [clean_field(f) for f in t["fields"]]}
+            if kind == "array":
+                return {**t, "elementType": clean(t["elementType"])}
+            if kind == "map":
+                return {**t, "keyType": clean(t["keyType"]), "valueType": clean(t["valueType"])}
+        return t
+
+    def clean_field(f: dict[str, Any]) -> dict[str, Any]:
+        metadata = {k: v for k, v in (f.get("metadata") or {}).items() if not k.startswith("delta.")}
+        return {**f, "type": clean(f["type"]), "metadata": metadata}
+
+    raw = orjson.loads(snapshot.metadata.schema_string)
+    return spark_schema_of(orjson.dumps(clean(raw)).decode())
+
+
+def filter_expression(spark_filter: Filter) -> Expression | None:
+    """Spark's pushed filter as a txnlog expression tree, or None for one it has no node for
+    (a comparison with an array literal, a filter kind added by a later Spark)."""
+    if isinstance(spark_filter, Not):
+        child = filter_expression(spark_filter.child)
+        return not_(child) if child is not None else None
+    attribute = getattr(spark_filter, "attribute", None)
+    if not isinstance(attribute, tuple) or not attribute:
+        return None
+    target = column(*attribute)
+    kind = type(spark_filter)
+    try:
+        if isinstance(spark_filter, IsNull):
+            return is_null(target)
+        if isinstance(spark_filter, IsNotNull):
+            return is_not_null(target)
+        if isinstance(spark_filter, In):
+            return is_in(target, spark_filter.value)
+        value = getattr(spark_filter, "value", None)
+        if kind in _COMPARISONS:
+            return _COMPARISONS[kind](target, value)  # type: ignore[no-any-return]
+        if kind in _STRING_MATCHES:
+            return _STRING_MATCHES[kind](target, value)  # type: ignore[no-any-return]
+    except TxnLogError:  # a literal the tree has no type for (an array, a struct)
+        return None
+    return None
+
+
+def pack_files(files: pa.Table, max_bytes: int, open_cost: int, min_partitions: int) -> list[pa.Table]:
+    """``files`` in groups, one per read task, as Spark packs a file source: a file counts its
+    size plus ``open_cost``; groups are filled up to a split size, largest files first; the split
+    size is ``max_bytes``, or smaller so that there are at least ``min_partitions`` groups."""
+    if files.num_rows == 0:
+        return []
+    sizes = files.column("size").to_pylist()
+    total = sum(s + open_cost for s in sizes)
+    split = min(max_bytes, max(open_cost, total // min_partitions))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        cost = sizes[i] + open_cost
+        if current and current_bytes + cost > split:
+            groups.append(current)
+            current, current_bytes = [], 0
+        current.append(i)
+        current_bytes += cost
+    groups.append(current)
+    return [files.take(pa.array(sorted(g), pa.int64())) for g in groups]
+
+
+class FilesPartition(InputPartition):
+    """One read task: rows of ``Snapshot.files()`` (path, partition values, deletion vector)."""
+
+    def __init__(self, files: pa.Table) -> None:
+        super().__init__(files.num_rows)
+        self.files = files
+
+
+class TableReader(DataSourceReader):
+    """Reads one snapshot of a txnlog table, every live file. Picklable: the snapshot itself
+    stays in the planning process; tasks get the :class:`ReadContext` and their files."""
+
+    def __init__(self, options: SourceOptions, snapshot: Snapshot, schema: StructType) -> None:
+        expected = table_schema(snapshot)
+        if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
+            raise SchemaError(
+                f"format('txnlog') reads table {snapshot.uri} with its own schema {expected.simpleString()}; "
+                f"a schema given to spark.read ({schema.simpleString()}) must be that one"
+            )
+        self.options = options
+        self.version = snapshot.version
+        self.context: ReadContext = snapshot.read_context()
+        self.arrow_schema = arrow_schema_of_struct(schema)
+        self.predicate: Expression | None = None
+        self._snapshot: Snapshot | None = snapshot
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_snapshot"] = None  # the file list and log state stay on the driver
+        return state
+
+    def _planning_snapshot(self) -> Snapshot:
+        if self._snapshot is None:
+            self._snapshot = open_snapshot(self.options, self.version)
+        return self._snapshot
+
+    def files(self) -> pa.Table:
+        """The files the read covers: the snapshot's live files, less those the pushed filters skip."""
+        snapshot = self._planning_snapshot()
+        if self.predicate is None:
+            return snapshot.files(stats=False)
+        config = snapshot.table_configuration
+        predicate = FilePredicate(self.predicate, config.schema, config.partition_columns, config.physical_names)
+        return snapshot.files(predicate, stats=False)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        files = self.files().select(list(_TASK_COLUMNS))
+        options = self.options
+        groups = pack_files(files, options.max_partition_bytes, options.open_cost_bytes, options.min_partitions)
+        return [FilesPartition(g) for g in groups]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, FilesPartition):  # Spark's placeholder when there are no files
+            return
+        for batch in self.context.batches(partition.files):
+            # The same columns; only Arrow's nested field names and nullability flags differ
+            # from what Spark declares (it checks the batches' schema exactly).
+            yield batch.cast(self.arrow_schema)
+
+
+class FilteringTableReader(TableReader):
+    """A :class:`TableReader` that also skips files by the filters Spark pushes
+    (``option("filterPushdown", "true")``).
+
+    Opt-in because PySpark 4.3 keeps the read planned for one query's pushed filters on the
+    DataFrame's relation and reuses it for a later query of the same DataFrame that pushes no
+    filter (``df.where(...).count()`` then ``df.count()`` counts only the first query's files).
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 - Spark's name
+        """Keep for file skipping every filter txnlog can bind to the table; give back to Spark
+        each one that skipping does not decide exactly (all but those on partition columns only)."""
+        config = self._planning_snapshot().table_configuration
+        kept: list[Expression] = []
+        for_spark: list[Filter] = []
+        for spark_filter in filters:
+            expression = filter_expression(spark_filter)
+            predicate = None
+            if expression is not None:
+                try:
+                    predicate = FilePredicate(expression, config.schema, config.partition_columns, config.physical_names)
+                except TxnLogError:  # a column or a literal type txnlog cannot evaluate: Spark filters it
+                    predicate = None
+            if predicate is not None:
+                kept.append(expression)  # type: ignore[arg-type]
+            if predicate is None or not predicate.matches_partition_only():
+                for_spark.append(spark_filter)
+        self.predicate = conjunction(kept) if kept else None
+        return for_spark
+
+
+__all__ = ["FilesPartition", "FilteringTableReader", "TableReader", "filter_expression", "open_snapshot", "pack_files", "table_schema"]

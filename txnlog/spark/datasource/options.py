@@ -1,0 +1,164 @@
+"""The options of ``format("txnlog")``, parsed once for the reader and the writer.
+
+Spark hands a Python data source its options in a case-insensitive mapping whose keys arrive
+lower-cased, values as strings. Every option is listed here: an unknown one is refused (a
+misspelt ``replaceWhere`` must not turn into a full overwrite), except the two open families:
+
+- ``storage.<key>``: a storage option for the table's store (``storage.AWS_ENDPOINT_URL``),
+  the same keys ``Table(uri, storage_options)`` takes (matched case-insensitively there);
+- ``delta.<property>`` / ``txnlog.<property>``: a table property of a table the write creates.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from txnlog.errors import InvalidArgumentError
+from txnlog.properties import FAMILIES, PROPERTIES
+
+STORAGE_PREFIX = "storage."
+_PROPERTY_PREFIXES = ("delta.", "txnlog.")
+
+READ_OPTIONS = ("versionAsOf", "timestampAsOf", "filterPushdown", "maxPartitionBytes", "openCostInBytes", "minPartitions")
+WRITE_OPTIONS = ("replaceWhere", "mergeSchema", "txnAppId", "txnVersion", "partitionBy", "saveMode", "targetFileSize")
+#: Spark's own: the URI given to ``load``/``save``.
+_PATH = "path"
+
+# What Spark's file sources read by default: 128 MiB per task, a file costing 4 MiB to open.
+DEFAULT_MAX_PARTITION_BYTES = 128 * 1024 * 1024
+DEFAULT_OPEN_COST_BYTES = 4 * 1024 * 1024
+
+
+def _property_key(lowered: str) -> str:
+    """A table property's key as Delta spells it (Spark lower-cases option keys)."""
+    for key in PROPERTIES:
+        if key.lower() == lowered:
+            return key
+    for family in FAMILIES:
+        if lowered.startswith(family.prefix.lower()):
+            return family.prefix + lowered[len(family.prefix) :]
+    return lowered  # unknown: refused by name when the table is created
+
+
+def _int(options: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgumentError(f"option {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise InvalidArgumentError(f"option {name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return False
+    if raw.strip().lower() not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, got {raw!r}")
+    return raw.strip().lower() == "true"
+
+
+def _column_list(raw: str) -> list[str]:
+    """``partitionBy``: a JSON array of names (for names holding a comma), or names separated by commas."""
+    text = raw.strip()
+    if text.startswith("["):
+        try:
+            names = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            names = None
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise InvalidArgumentError(f"option partitionBy must be a JSON array of column names or a comma-separated list, got {raw!r}")
+        return names
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What ``format("txnlog")`` was asked to do, parsed and checked."""
+
+    uri: str
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = field(default_factory=dict)
+    version: int | None = None
+    timestamp: str | None = None
+    filter_pushdown: bool = False
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES
+    min_partitions: int = 1
+    replace_where: str | None = None
+    merge_schema: bool = False
+    app_id: str | None = None
+    app_version: int | None = None
+    partition_by: list[str] | None = None
+    save_mode: str | None = None
+    target_file_size: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any], *, writing: bool) -> SourceOptions:
+        lowered = {str(k).lower(): str(v) for k, v in options.items()}
+        uri = lowered.get(_PATH)
+        if not uri:
+            verb = "save(uri)" if writing else "load(uri)"
+            raise InvalidArgumentError(f'format("txnlog") needs the table URI: {verb}')
+        known = {n.lower() for n in (WRITE_OPTIONS if writing else READ_OPTIONS)} | {_PATH}
+        other = {n.lower() for n in (READ_OPTIONS if writing else WRITE_OPTIONS)}
+        storage: dict[str, str] = {}
+        properties: dict[str, str] = {}
+        for key, value in lowered.items():
+            if key in known:
+                continue
+            if key.startswith(STORAGE_PREFIX) and len(key) > len(STORAGE_PREFIX):
+                storage[key[len(STORAGE_PREFIX) :]] = value
+            elif writing and key.startswith(_PROPERTY_PREFIXES):
+                properties[_property_key(key)] = value
+            elif key in other:
+                kind = "reads" if writing else "writes"
+                raise InvalidArgumentError(f'option {key!r} of format("txnlog") applies to {kind} only (table {uri})')
+            else:
+                accepted = ", ".join((*(WRITE_OPTIONS if writing else READ_OPTIONS), "storage.<key>") + (("delta.<property>",) if writing else ()))
+                raise InvalidArgumentError(f'unknown option {key!r} of format("txnlog") for table {uri} (accepted: {accepted})')
+        version = _int(lowered, "versionAsOf", minimum=0)
+        timestamp = lowered.get("timestampasof")
+        if version is not None and timestamp is not None:
+            raise InvalidArgumentError(f"pass versionAsOf or timestampAsOf, not both (table {uri})")
+        app_id = lowered.get("txnappid")
+        app_version = _int(lowered, "txnVersion", minimum=0)
+        if (app_id is None) != (app_version is None):
+            raise InvalidArgumentError(f"options txnAppId and txnVersion go together (table {uri})")
+        save_mode = lowered.get("savemode")
+        if save_mode is not None:
+            save_mode = {"errorifexists": "error"}.get(save_mode.strip().lower(), save_mode.strip().lower())
+            if save_mode not in ("error", "ignore"):
+                raise InvalidArgumentError(f"option saveMode must be 'error' or 'ignore', got {lowered['savemode']!r} (table {uri})")
+        partition_by = lowered.get("partitionby")
+        return cls(
+            uri=uri,
+            storage_options=storage,
+            properties=properties,
+            version=version,
+            timestamp=timestamp,
+            filter_pushdown=_bool(lowered, "filterPushdown"),
+            max_partition_bytes=_int(lowered, "maxPartitionBytes", minimum=1) or DEFAULT_MAX_PARTITION_BYTES,
+            open_cost_bytes=_int(lowered, "openCostInBytes", minimum=0) or DEFAULT_OPEN_COST_BYTES,
+            # The planner runs on the driver's machine: its cores stand in for the cluster's.
+            min_partitions=_int(lowered, "minPartitions", minimum=1) or (os.cpu_count() or 1),
+            replace_where=lowered.get("replacewhere"),
+            merge_schema=_bool(lowered, "mergeSchema"),
+            app_id=app_id,
+            app_version=app_version,
+            partition_by=_column_list(partition_by) if partition_by is not None else None,
+            save_mode=save_mode,
+            target_file_size=_int(lowered, "targetFileSize", minimum=1),
+        )
+
+
+__all__ = ["DEFAULT_MAX_PARTITION_BYTES", "DEFAULT_OPEN_COST_BYTES", "READ_OPTIONS", "STORAGE_PREFIX", "WRITE_OPTIONS", "SourceOptions"]
