@@ -134,8 +134,11 @@ def remove_rows_on_driver(txn: OptimisticTransaction, condition: str, adds: list
     """Stage the removal of every row matching ``condition`` through the Python DML (deletion
     vectors where the table enables them, else copy-on-write on this process: a data source's
     commit has no SparkSession to spread a rewrite with); 1 when it staged anything, else 0.
-    The commit's output metrics stay the write's (the DELETE's would say it added nothing)."""
+    The commit's output metrics and predicate stay the write's."""
+    recorded = txn.operation_parameters.get("predicate")
     result = dml.delete(txn, condition)
+    if recorded is not None:  # a WRITE names its replaceWhere as txnlog.spark.write does
+        txn.operation_parameters["predicate"] = recorded
     txn.set_operation_metrics(
         numFiles=len(adds) + result.metrics.get("numAddedFiles", 0),
         numOutputRows=sum(_records(a) for a in adds) + result.metrics.get("numCopiedRows", 0),
