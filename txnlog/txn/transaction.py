@@ -263,12 +263,19 @@ class OptimisticTransaction:
             self.location.uri, self.table_configuration, storage_options=self.location.storage_options, **overrides
         )
 
-    def write(self, data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch], *, data_change: bool = True) -> list[AddFile]:
-        """Write ``data`` as Parquet files in the table's layout and stage them as adds."""
+    def write(
+        self,
+        data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch],
+        *,
+        data_change: bool = True,
+        preserve_row_ids: bool = False,
+    ) -> list[AddFile]:
+        """Write ``data`` as Parquet files in the table's layout and stage them as adds.
+        ``preserve_row_ids``: see :meth:`WriteContext.write`."""
         self._ensure_open()
         # Refuse before any data file is written, not at commit, when the files are orphans.
         self.table_configuration.check_writable(f"table {self.uri}")
-        written = self.write_context().write(data, data_change=data_change, store=self.location.store)
+        written = self.write_context().write(data, data_change=data_change, store=self.location.store, preserve_row_ids=preserve_row_ids)
         self.add_files(written.files, data_change=data_change)
         return written.add_files
 
