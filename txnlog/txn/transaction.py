@@ -507,7 +507,7 @@ class OptimisticTransaction:
             elif files.adds is not None:
                 own_paths.append(files.adds.column("path").combine_chunks())
             backfill = row_tracking.backfill_files(
-                state.files(), pa.concat_arrays(own_paths), self.location.store, self.uri,
+                state.files, pa.concat_arrays(own_paths), self.location.store, self.uri,
                 allow_absolute_paths=self.location.allow_absolute_paths,
             )
         assigned = row_tracking.assign(files, live=live, backfill=backfill, mark=mark, version=version, where=where)
