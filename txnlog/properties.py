@@ -431,8 +431,6 @@ RESERVED_DOMAIN_PREFIX = "delta."
 #: The domain whose configuration holds the row id high-water mark (row tracking).
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
 ROW_ID_HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"
-#: commitInfo tag: whether every updated or copied row kept its stable row id and commit version.
-ROW_TRACKING_PRESERVED_TAG = "delta.rowTracking.preserved"
 #: Column metadata: ids of array elements and map keys/values under column mapping (IcebergCompat).
 NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
 
