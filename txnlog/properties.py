@@ -243,7 +243,19 @@ ENABLE_ROW_TRACKING = _p(
     "delta.enableRowTracking",
     parse_bool,
     "false",
-    "Row ids and row commit versions. Read tables may carry it; txnlog refuses to turn it on (it does not assign row ids).",
+    "Stable row ids and row commit versions (adds rowTracking and domainMetadata; turning it on later backfills row ids).",
+)
+ROW_ID_COLUMN = _p(
+    "delta.rowTracking.materializedRowIdColumnName", _text, "", "Hidden data-file column of preserved row ids (assigned with rowTracking)."
+)
+ROW_COMMIT_VERSION_COLUMN = _p(
+    "delta.rowTracking.materializedRowCommitVersionColumnName",
+    _text,
+    "",
+    "Hidden data-file column of preserved row commit versions (assigned with rowTracking).",
+)
+ROW_TRACKING_SUSPENDED = _p(
+    "delta.rowTrackingSuspended", parse_bool, "false", "Writers stop assigning row ids (not allowed with delta.enableRowTracking=true)."
 )
 
 CONSTRAINTS = PropertyFamily("delta.constraints.", "CHECK constraints: `delta.constraints.<name>` = a SQL expression every written row must satisfy.")
@@ -264,12 +276,6 @@ SYMLINK_MANIFEST = _p(
 AUTO_OPTIMIZE_WRITE = _p("delta.autoOptimize.optimizeWrite", parse_bool, "false", "Databricks optimized writes.", enforced=False)
 AUTO_OPTIMIZE_COMPACT = _p("delta.autoOptimize.autoCompact", _text, "false", "Databricks auto compaction.", enforced=False)
 TUNE_FILE_SIZES = _p("delta.tuneFileSizesForRewrites", parse_bool, "false", "Smaller files for tables rewritten often.", enforced=False)
-ROW_ID_COLUMN = _p(
-    "delta.rowTracking.materializedRowIdColumnName", _text, "", "Column holding materialized row ids.", enforced=False
-)
-ROW_COMMIT_VERSION_COLUMN = _p(
-    "delta.rowTracking.materializedRowCommitVersionColumnName", _text, "", "Column holding materialized row commit versions.", enforced=False
-)
 UNIVERSAL_FORMAT = _p(
     "delta.universalFormat.enabledFormats",
     _text,
@@ -422,6 +428,9 @@ INVARIANTS_KEY = "delta.invariants"
 GENERATION_EXPRESSION_KEY = "delta.generationExpression"
 IDENTITY_START_KEY = "delta.identity.start"
 RESERVED_DOMAIN_PREFIX = "delta."
+#: The domain whose configuration holds the row id high-water mark (row tracking).
+ROW_TRACKING_DOMAIN = "delta.rowTracking"
+ROW_ID_HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"
 #: Column metadata: ids of array elements and map keys/values under column mapping (IcebergCompat).
 NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
 

@@ -24,7 +24,7 @@ from txnlog.log.commits import read_commits
 from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.log.table_state import TableState
-from txnlog.read import BATCH_ROWS, ReadContext
+from txnlog.read import BATCH_ROWS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
 from txnlog.storage.base import LogStore
 from txnlog.storage.location import TableLocation
 from txnlog.storage.paths import FileLocation
@@ -251,25 +251,39 @@ class Snapshot:
         )
 
     def to_batches(
-        self, columns: Sequence[str] | None = None, predicate: str | FilePredicate | None = None, *, batch_rows: int = BATCH_ROWS
+        self,
+        columns: Sequence[str] | None = None,
+        predicate: str | FilePredicate | None = None,
+        *,
+        batch_rows: int = BATCH_ROWS,
+        with_row_ids: bool = False,
     ) -> pa.RecordBatchReader:
         """The table's rows at this version, streamed: partition values, column mapping and
         deletion vectors applied. With a SQL ``predicate``, files that cannot match are skipped
         (partition values, stats) and the rows read are filtered by it. ``columns`` (logical
-        names) selects and orders the columns; all of them when None."""
+        names) selects and orders the columns; all of them when None. ``with_row_ids`` (a table
+        with row tracking enabled) adds ``row_id`` and ``row_commit_version`` (int64): each
+        row's stable id and the version that last inserted or updated it."""
         context = self.read_context()
         pred = self.predicate(predicate) if predicate is not None else None
         files = self.files(pred, stats=False)
+        tracking = {"row_id": ROW_ID, "row_commit_version": ROW_COMMIT_VERSION} if with_row_ids else {}
+        schema = context.output_schema(columns)
+        for name in tracking.values():
+            schema = schema.append(pa.field(name, pa.int64(), nullable=False))
         batches = context.batches(
             files, columns=columns, store=self.store, batch_rows=batch_rows,
             row_filter=pred.row_filter() if pred is not None else None,
             filter_columns=pred.columns if pred is not None else (),
+            **tracking,
         )
-        return pa.RecordBatchReader.from_batches(context.output_schema(columns), batches)
+        return pa.RecordBatchReader.from_batches(schema, batches)
 
-    def to_arrow(self, columns: Sequence[str] | None = None, predicate: str | FilePredicate | None = None) -> pa.Table:
+    def to_arrow(
+        self, columns: Sequence[str] | None = None, predicate: str | FilePredicate | None = None, *, with_row_ids: bool = False
+    ) -> pa.Table:
         """The table's rows at this version as one Arrow table (see :meth:`to_batches`)."""
-        return self.to_batches(columns, predicate).read_all()
+        return self.to_batches(columns, predicate, with_row_ids=with_row_ids).read_all()
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.location, state)

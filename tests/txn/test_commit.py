@@ -178,19 +178,19 @@ def test_append_only_refuses_data_removes_but_allows_compaction(tmp_path):
 
 
 def test_unsupported_writer_feature_is_refused(tmp_path):
-    with pytest.raises(UnsupportedFeatureError, match="rowTracking"):
-        Table.create(tmp_path / "new", SCHEMA, properties={"delta.feature.rowTracking": "supported"})
+    with pytest.raises(UnsupportedFeatureError, match="icebergCompatV1"):
+        Table.create(tmp_path / "new", SCHEMA, properties={"delta.feature.icebergCompatV1": "supported"})
     assert not Table(tmp_path / "new").exists()
-    # A table another engine upgraded to rowTracking: reading is fine, committing is refused.
+    # A table another engine upgraded to icebergCompatV1: reading is fine, committing is refused.
     t = Table.create(tmp_path / "t", SCHEMA, partition_by=["region"])
     (tmp_path / "t" / "_delta_log" / "00000000000000000001.json").write_bytes(
-        b'{"protocol":{"minReaderVersion":1,"minWriterVersion":7,"writerFeatures":["appendOnly","invariants","rowTracking"]}}\n'
+        b'{"protocol":{"minReaderVersion":1,"minWriterVersion":7,"writerFeatures":["appendOnly","invariants","icebergCompatV1"]}}\n'
     )
     txn = t.transaction()
     txn.add_files([make_file("EU", 1, 2)])
-    with pytest.raises(UnsupportedFeatureError, match="rowTracking") as err:
+    with pytest.raises(UnsupportedFeatureError, match="icebergCompatV1") as err:
         txn.commit()
-    assert err.value.features == ("rowTracking",)
+    assert err.value.features == ("icebergCompatV1",)
 
 
 def test_table_with_unknown_writer_version_is_refused(tmp_path):

@@ -72,6 +72,7 @@ WRITER_FEATURES = frozenset(
         "variantType",
         "variantType-preview",
         "clustering",
+        "rowTracking",
     }
 )
 # Features whose rules only bite when the schema uses them (a generation expression, an
@@ -139,10 +140,6 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
     writer: set[str] = {"appendOnly", "invariants"}
     legacy_writer = 2
     legacy_reader = 1
-    if props.ENABLE_ROW_TRACKING.get(configuration):
-        raise UnsupportedFeatureError(
-            f"{props.ENABLE_ROW_TRACKING.key}=true needs row ids, which txnlog does not assign", features=("rowTracking",)
-        )
     if any(True for _ in props.CONSTRAINTS.items(configuration)):
         writer.add("checkConstraints")
         legacy_writer = max(legacy_writer, 3)
@@ -154,6 +151,14 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
         writer.add("columnMapping")
         legacy_writer, legacy_reader = max(legacy_writer, 5), 2
     needs_features = False
+    if props.ENABLE_ROW_TRACKING.get(configuration):
+        if props.ROW_TRACKING_SUSPENDED.get(configuration):
+            raise InvalidTablePropertyError(
+                f"{props.ENABLE_ROW_TRACKING.key}=true and {props.ROW_TRACKING_SUSPENDED.key}=true contradict each other",
+                key=props.ROW_TRACKING_SUSPENDED.key,
+            )
+        writer.update(("rowTracking", "domainMetadata"))
+        needs_features = True
     if props.ENABLE_DELETION_VECTORS.get(configuration):
         reader.add("deletionVectors")
         writer.add("deletionVectors")
@@ -176,6 +181,8 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
                 key=props.FEATURES.key(name),
             )
         writer.add(name)
+        if name == "rowTracking":  # the high-water mark lives in a domain
+            writer.add("domainMetadata")
         if name in READER_FEATURES:
             reader.add(name)
         needs_features = True

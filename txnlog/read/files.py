@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from txnlog.errors import InvalidArgumentError, SchemaError, StorageError, TxnLogError
+from txnlog.errors import InvalidArgumentError, LogCorruptError, SchemaError, StorageError, TxnLogError
 from txnlog.expressions.rows import evaluate
 from txnlog.file_facts import parse_partition_values, physical_schema
 from txnlog.log.actions import DeletionVectorDescriptor
@@ -37,6 +37,10 @@ from txnlog.table_configuration import TableConfiguration
 
 #: Rows per batch read from a data file.
 BATCH_ROWS = 65_536
+#: The names ``Snapshot.to_arrow(with_row_ids=True)`` gives a row's stable id and commit version;
+#: a write with ``preserve_row_ids`` takes columns of these names as the values to keep.
+ROW_ID = "row_id"
+ROW_COMMIT_VERSION = "row_commit_version"
 
 
 @dataclass(frozen=True)
@@ -134,21 +138,33 @@ class ReadContext:
         store: LogStore | None = None,
         batch_rows: int = BATCH_ROWS,
         row_index: str | None = None,
+        row_id: str | None = None,
+        row_commit_version: str | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """The live rows of ``files`` (rows of ``Snapshot.files()``), file by file, as batches of
         :meth:`output_schema` ``(columns)``. ``row_filter`` (over logical names, reading
         ``filter_columns`` besides ``columns``) keeps only the rows where it is true.
-        ``row_index`` names an extra last column (int64) holding each row's physical position in
-        its file, the position a deletion vector names: what DML marks as deleted."""
+
+        Extra last columns (int64), each when named: ``row_index``, each row's physical position
+        in its file, the position a deletion vector names (what DML marks as deleted);
+        ``row_id`` and ``row_commit_version``, on a table with row tracking enabled, each row's
+        stable row id (its materialized row id, else the file's ``baseRowId`` + its position)
+        and row commit version (its materialized one, else the file's
+        ``defaultRowCommitVersion``)."""
         out_schema = self.output_schema(columns)
         wanted = [f.name for f in out_schema]
-        if row_index is not None and row_index.lower() in {f.name.lower() for f in self.schema}:
-            raise InvalidArgumentError(f"row_index {row_index!r} is a column of table {self.table_uri}; choose another name")
         extra = [f.name for f in self.output_schema(list(filter_columns)) if f.name not in wanted] if row_filter is not None else []
         read_schema = self.output_schema(wanted + extra)
-        if row_index is not None:
-            read_schema = read_schema.append(pa.field(row_index, pa.int64(), nullable=False))
-            wanted = [*wanted, row_index]
+        tracking = self._row_tracking(row_id, row_commit_version)
+        taken = {f.name.lower() for f in self.schema}
+        for option, name in (("row_index", row_index), ("row_id", row_id), ("row_commit_version", row_commit_version)):
+            if name is None:
+                continue
+            if name.lower() in taken:
+                raise InvalidArgumentError(f"{option} {name!r} is a column of table {self.table_uri} or another extra column; choose another name")
+            taken.add(name.lower())
+            read_schema = read_schema.append(pa.field(name, pa.int64(), nullable=False))
+            wanted = [*wanted, name]
         if files.num_rows == 0:
             return
         store = store if store is not None else self.open_store()
@@ -158,9 +174,11 @@ class ReadContext:
         data_fields = [f for f in self.schema if f.name in read_schema.names and f.name not in partitions.column_names]
         physical = dict(zip((f.name for f in data_fields), physical_schema(data_fields, self.table_configuration.is_column_mapped), strict=True))
         paths = files.column("path").to_pylist()
+        row_ids = tracking.of_files(files, self.table_uri) if tracking is not None else None
         for i, path in enumerate(paths):
             constants = {name: partitions.column(name)[i] for name in partitions.column_names}
-            for batch in self._file_batches(store, path, read_schema, physical, constants, deleted[i], batch_rows):
+            positions = _Positions(row_index, tracking, row_ids[i] if row_ids is not None else None)
+            for batch in self._file_batches(store, path, read_schema, physical, constants, deleted[i], batch_rows, positions):
                 if row_filter is not None:
                     batch = batch.filter(evaluate(row_filter, pa.Table.from_batches([batch])))
                     if not batch.num_rows:
@@ -170,9 +188,20 @@ class ReadContext:
     def read(self, files: pa.Table, **options: Any) -> pa.Table:
         """:meth:`batches` as one table."""
         schema = self.output_schema(options.get("columns"))
-        if options.get("row_index") is not None:
-            schema = schema.append(pa.field(options["row_index"], pa.int64(), nullable=False))
+        for option in ("row_index", "row_id", "row_commit_version"):
+            if options.get(option) is not None:
+                schema = schema.append(pa.field(options[option], pa.int64(), nullable=False))
         return pa.Table.from_batches(list(self.batches(files, **options)), schema=schema)
+
+    def _row_tracking(self, row_id: str | None, row_commit_version: str | None) -> _RowTracking | None:
+        if row_id is None and row_commit_version is None:
+            return None
+        config = self.table_configuration
+        if not config.row_tracking_enabled:
+            raise InvalidArgumentError(
+                f"table {self.table_uri} does not have row tracking enabled (delta.enableRowTracking): its rows have no stable ids"
+            )
+        return _RowTracking(row_id, row_commit_version, config.materialized_row_id_column, config.materialized_row_commit_version_column)
 
     def _file_batches(
         self,
@@ -183,6 +212,7 @@ class ReadContext:
         constants: Mapping[str, pa.Scalar],
         deleted: pa.Array | None,
         batch_rows: int,
+        positions: _Positions,
     ) -> Iterator[pa.RecordBatch]:
         location = locate(self.table_uri, path, allow_absolute=self.allow_absolute_paths, version=self.version)
         where = f"data file {location.uri} of table {self.table_uri}"
@@ -192,6 +222,7 @@ class ReadContext:
                 parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
                 present = set(parquet.schema_arrow.names)
                 read = [field.name for field in physical.values() if field.name in present]
+                read += [name for name in positions.materialized() if name in present and name not in read]
                 keep = _keep_mask(deleted, parquet.metadata.num_rows, where, path)
                 position = 0
                 if not read:  # only partition columns or columns the file predates: count rows
@@ -202,8 +233,8 @@ class ReadContext:
                     n = chunk if isinstance(chunk, int) else chunk.num_rows
                     arrays = []
                     for f in schema:
-                        if f.name not in physical and f.name not in constants:  # the row index
-                            arrays.append(pa.array(np.arange(position, position + n, dtype=np.int64)))
+                        if f.name not in physical and f.name not in constants:  # row index, row id, row commit version
+                            arrays.append(positions.column(f.name, position, n, None if isinstance(chunk, int) else chunk, where))
                         elif f.name in constants:
                             arrays.append(pa.repeat(constants[f.name], n).cast(f.type))
                         elif isinstance(chunk, int) or physical[f.name].name not in present:
@@ -223,6 +254,68 @@ class ReadContext:
             raise
         except (OSError, pa.ArrowException) as e:
             raise StorageError(f"cannot read {where}: {e}", path=path) from e
+
+
+@dataclass(frozen=True)
+class _RowTracking:
+    """The row tracking columns a read asks for, and the hidden columns that may hold them."""
+
+    row_id: str | None
+    row_commit_version: str | None
+    id_column: str | None
+    version_column: str | None
+
+    def of_files(self, files: pa.Table, table_uri: str) -> list[tuple[int, int]]:
+        """(baseRowId, defaultRowCommitVersion) of each file; both must be there."""
+        out = []
+        columns = zip(files.column("path").to_pylist(), files.column("base_row_id").to_pylist(),
+                      files.column("default_row_commit_version").to_pylist())
+        for path, base, version in columns:
+            if base is None or version is None:
+                missing = "baseRowId" if base is None else "defaultRowCommitVersion"
+                raise LogCorruptError(f"data file {path} of table {table_uri} has no {missing}, yet the table has row tracking enabled")
+            out.append((int(base), int(version)))
+        return out
+
+
+@dataclass(frozen=True)
+class _Positions:
+    """The per-row columns of one file that are not stored as table columns: each row's
+    physical position, stable row id and row commit version."""
+
+    row_index: str | None
+    tracking: _RowTracking | None
+    defaults: tuple[int, int] | None  # the file's (baseRowId, defaultRowCommitVersion)
+
+    def materialized(self) -> list[str]:
+        """The hidden file columns to read along."""
+        t = self.tracking
+        if t is None:
+            return []
+        wanted = [(t.row_id, t.id_column), (t.row_commit_version, t.version_column)]
+        return [column for asked, column in wanted if asked is not None and column]
+
+    def column(self, name: str, start: int, n: int, chunk: pa.RecordBatch | None, where: str) -> pa.Array:
+        index = np.arange(start, start + n, dtype=np.int64)
+        if name == self.row_index or self.tracking is None or self.defaults is None:
+            return pa.array(index)
+        t = self.tracking
+        base, version = self.defaults
+        if name == t.row_id:
+            return _materialized_or(chunk, t.id_column, pa.array(index + base), where)
+        return _materialized_or(chunk, t.version_column, pa.repeat(pa.scalar(version, pa.int64()), n), where)
+
+
+def _materialized_or(chunk: pa.RecordBatch | None, column: str | None, defaults: pa.Array, where: str) -> pa.Array:
+    """A materialized column's values where not null, else ``defaults``."""
+    if chunk is None or not column or column not in chunk.schema.names:
+        return defaults
+    values = chunk.column(column)
+    try:
+        values = values.cast(pa.int64())
+    except (pa.ArrowException, ValueError) as e:
+        raise SchemaError(f"hidden column {column!r} of {where} is {values.type}, not an integer: {e}", field=column) from e
+    return values if not values.null_count else pc.coalesce(values, defaults)
 
 
 def _open_absolute(uri: str) -> Any:
@@ -259,4 +352,4 @@ def _as_logical(column: pa.Array, physical: pa.DataType, logical: pa.DataType, w
         raise SchemaError(f"column {name!r} of {where} is {column.type}, which cannot be read as the table's {logical}: {e}", field=name) from e
 
 
-__all__ = ["BATCH_ROWS", "ReadContext"]
+__all__ = ["BATCH_ROWS", "ROW_COMMIT_VERSION", "ROW_ID", "ReadContext"]

@@ -3,6 +3,7 @@ and the protocol it needs."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,8 +13,9 @@ import pyarrow as pa
 
 from txnlog import properties as props
 from txnlog.errors import InvalidArgumentTypeError, SchemaError, TransactionError
+from txnlog.file_facts import physical_names
 from txnlog.log.actions import Format, Metadata, Protocol
-from txnlog.log.features import merge_protocols, protocol_for
+from txnlog.log.features import merge_protocols, protocol_for, writer_features
 from txnlog.schema import arrow_to_delta_schema, assign_column_mapping
 
 
@@ -90,4 +92,31 @@ def updated_metadata(
             raise SchemaError(f"partition column {column!r} is not in the schema", field=column)
     required = protocol_for({**conf, **directives}, schema_string)
     new_protocol = merge_protocols(base_protocol, required) if base_protocol is not None else required
+    if "rowTracking" in writer_features(new_protocol):
+        names = _materialized_column_names(base_conf, conf, metadata)
+        if names != {k: conf.get(k) for k in names}:
+            metadata = dataclasses.replace(metadata, configuration={**conf, **names})
     return metadata, (new_protocol if new_protocol != base_protocol else None)
+
+
+def _materialized_column_names(base_conf: Mapping[str, str], conf: Mapping[str, str], metadata: Metadata) -> dict[str, str]:
+    """The names of the hidden row id and row commit version columns: kept once assigned (the
+    protocol wants them stable for the table's life, even when a new configuration omits
+    them), else new ones named as delta-spark names them. None may equal a column's name,
+    logical or physical."""
+    taken = {name.lower() for name in _column_names(metadata)}
+    names: dict[str, str] = {}
+    for prop, prefix in ((props.ROW_ID_COLUMN, "_row-id-col-"), (props.ROW_COMMIT_VERSION_COLUMN, "_row-commit-version-col-")):
+        name = conf.get(prop.key) or base_conf.get(prop.key) or f"{prefix}{uuid.uuid4()}"
+        if name.lower() in taken:
+            raise SchemaError(f"{prop.key}={name!r} is also the name of a column of the table", field=name)
+        taken.add(name.lower())
+        names[prop.key] = name
+    return names
+
+
+def _column_names(metadata: Metadata) -> set[str]:
+    """Every top-level column name, logical and, under column mapping, physical."""
+    logical = {str(f.name) for f in metadata.schema}
+    physical = physical_names(metadata.schema, metadata.configuration) or {}
+    return logical | set(physical.values())

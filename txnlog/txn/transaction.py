@@ -45,6 +45,7 @@ from txnlog.log.table_state import TableState
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage.location import TableLocation
 from txnlog.table_configuration import TableConfiguration
+from txnlog.txn import row_tracking
 from txnlog.txn.committer import Committer
 from txnlog.txn.conflicts import TransactionFootprint
 from txnlog.txn.hooks import HookFailure, HookRegistry, PostCommitContext
@@ -262,12 +263,19 @@ class OptimisticTransaction:
             self.location.uri, self.table_configuration, storage_options=self.location.storage_options, **overrides
         )
 
-    def write(self, data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch], *, data_change: bool = True) -> list[AddFile]:
-        """Write ``data`` as Parquet files in the table's layout and stage them as adds."""
+    def write(
+        self,
+        data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch],
+        *,
+        data_change: bool = True,
+        preserve_row_ids: bool = False,
+    ) -> list[AddFile]:
+        """Write ``data`` as Parquet files in the table's layout and stage them as adds.
+        ``preserve_row_ids``: see :meth:`WriteContext.write`."""
         self._ensure_open()
         # Refuse before any data file is written, not at commit, when the files are orphans.
         self.table_configuration.check_writable(f"table {self.uri}")
-        written = self.write_context().write(data, data_change=data_change, store=self.location.store)
+        written = self.write_context().write(data, data_change=data_change, store=self.location.store, preserve_row_ids=preserve_row_ids)
         self.add_files(written.files, data_change=data_change)
         return written.add_files
 
@@ -353,7 +361,7 @@ class OptimisticTransaction:
 
     def _check_protocol_rules(self, config: TableConfiguration, removes: pa.Table) -> None:
         config.check_writable(f"table {self.uri}")
-        if self._domains and not config.domain_metadata_supported:
+        if (self._domains or config.row_tracking_supported) and not config.domain_metadata_supported:
             raise UnsupportedFeatureError(
                 f"table {self.uri} does not have the domainMetadata writer feature; set the table "
                 f"property {props.FEATURES.key('domainMetadata')}=supported first",
@@ -475,6 +483,37 @@ class OptimisticTransaction:
         info = read_commits(self.location.store, [listing.commits[version - 1]])[0].commit_info()
         return info.in_commit_timestamp if info else None
 
+    def _with_row_ids(
+        self, files: FileActions, config: TableConfiguration, version: int, winners: list[Commit]
+    ) -> tuple[FileActions, list[dict[str, Any]]]:
+        """``files`` with row ids assigned for an attempt at ``version``, and the high-water
+        mark's domain action to commit with them (none when no id was assigned). The commit
+        that turns row tracking on also re-adds every live file that has no ids yet (the
+        protocol's backfill), judged on the table as the winners left it."""
+        where = f"table {self.uri}"
+        snapshot = self.snapshot
+        mark = row_tracking.high_water_mark(snapshot.state.domains, where) if snapshot is not None else row_tracking.NO_ROW_IDS
+        mark = row_tracking.winners_high_water_mark(winners, mark, where)
+        live = snapshot.state.files_without_stats() if snapshot is not None else FILES_SCHEMA.empty_table()
+        backfill = None
+        enabling = config.row_tracking_enabled and not (snapshot is not None and snapshot.table_configuration.row_tracking_enabled)
+        if enabling and snapshot is not None:
+            state = advance(snapshot.state, winners, f"{where} version {version - 1}") if winners else snapshot.state
+            if winners:
+                live = state.files_without_stats()
+            own_paths = [files.removes.column("path").combine_chunks()]
+            if files.add_bodies is not None:
+                own_paths.append(pa.array([b["path"] for b in files.add_bodies], pa.string()))
+            elif files.adds is not None:
+                own_paths.append(files.adds.column("path").combine_chunks())
+            backfill = row_tracking.backfill_files(
+                state.files, pa.concat_arrays(own_paths), self.location.store, self.uri,
+                allow_absolute_paths=self.location.allow_absolute_paths,
+            )
+        assigned = row_tracking.assign(files, live=live, backfill=backfill, mark=mark, version=version, where=where)
+        rows = [] if assigned.high_water_mark is None else [codec.encode_action(row_tracking.domain_action(assigned.high_water_mark))]
+        return assigned.files, rows
+
     # -- 6. publish -------------------------------------------------------------------------
 
     def commit(self) -> CommitResult:
@@ -510,11 +549,22 @@ class OptimisticTransaction:
         )
         ict_enabled = config.in_commit_timestamps_enabled
         headers: dict[int, list[dict[str, Any]]] = {}
+        tracked: dict[int, tuple[FileActions, list[dict[str, Any]]]] = {}
+        assigns_row_ids = config.row_tracking_supported and not config.table_property(props.ROW_TRACKING_SUSPENDED)
 
         def prepare(version: int, winners: list[Commit]) -> bytes:
             previous_ict = self._previous_ict(version, winners) if ict_enabled else None
             headers[version] = self._header(version, txn_id, isolation, blind, previous_ict, metrics)
             head = codec.dump_lines(headers[version])
+            if assigns_row_ids:
+                # Fresh ids for each attempt: above the winners' high-water mark after a lost race.
+                with_ids, mark_rows = tracked[version] = self._with_row_ids(files, config, version, winners)
+                lines = [
+                    *(orjson.dumps(r) for r in head_rows + mark_rows),
+                    *with_ids.lines(),
+                    *(orjson.dumps(r) for r in cdc_rows),
+                ]
+                return head + b"\n".join(lines) + b"\n" if lines else head
             return head + body + b"\n" if body else head
 
         committer = Committer(
@@ -533,7 +583,11 @@ class OptimisticTransaction:
             raise
         self._state = "committed"
         version = published.version
-        own = files.commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + cdc_rows)
+        if version in tracked:
+            committed, mark_rows = tracked[version]
+            own = committed.commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + mark_rows + cdc_rows)
+        else:
+            own = files.commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + cdc_rows)
         failures = self._after_commit(version, published.winners, own, config)
         self.result = CommitResult(version, attempts=published.attempts, hook_failures=failures, txn_id=txn_id)
         return self.result

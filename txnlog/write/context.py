@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from txnlog.errors import InvalidArgumentTypeError
+from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError
 from txnlog.file_facts import ColumnPath
 from txnlog.log.actions import AddFile, Metadata, Protocol
 from txnlog.log.codec import encode_action
 from txnlog.log.features import protocol_for
 from txnlog.log.file_actions import table_from_log_dicts
+from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.storage import LogStore, normalize_uri, open_store
 from txnlog.table_configuration import TableConfiguration
 from txnlog.write.constraints import check_constraints, constraint_predicates
@@ -164,6 +165,7 @@ class WriteContext:
         data_change: bool = True,
         file_prefix: str = "part",
         store: LogStore | None = None,
+        preserve_row_ids: bool = False,
     ) -> WrittenFiles:
         """Write ``data`` as Parquet files under the table root, at new collision-free paths.
 
@@ -171,7 +173,14 @@ class WriteContext:
         written (a SchemaError names the column); constraint violations raise
         ProtocolViolationError, and files already written by this call are deleted. The files
         are invisible until a transaction commits them.
+
+        ``preserve_row_ids`` (a table with row tracking enabled): the data's ``row_id`` and
+        ``row_commit_version`` columns, as ``Snapshot.to_arrow(with_row_ids=True)`` gives them,
+        are written to the table's hidden materialized columns, so that rewritten rows keep
+        their stable ids (UPDATE, MERGE, compaction). Null means "a new one": a new row has
+        neither, an updated row keeps its ``row_id`` and has a null ``row_commit_version``.
         """
+        hidden = self._materialized_columns() if preserve_row_ids else None
         reader = as_reader(data, self.schema)
         constraints = self.constraints()
         if constraints:
@@ -186,8 +195,24 @@ class WriteContext:
             data_change=data_change,
             file_prefix=file_prefix,
             compression=self.compression,
+            hidden_columns=hidden,
         )
         return WrittenFiles(adds, table_from_log_dicts([encode_action(a)["add"] for a in adds], "add"))
+
+
+    def _materialized_columns(self) -> dict[str, str]:
+        """Data column -> hidden file column, for a write that preserves row ids."""
+        config = self.table_configuration
+        id_column, version_column = config.materialized_row_id_column, config.materialized_row_commit_version_column
+        if not config.row_tracking_enabled or not id_column or not version_column:
+            raise InvalidArgumentError(
+                f"preserve_row_ids: table {self.table_uri} does not have row tracking enabled (delta.enableRowTracking) "
+                "with its materialized column names"
+            )
+        for name in (ROW_ID, ROW_COMMIT_VERSION):
+            if name.lower() in {f.name.lower() for f in self.schema}:
+                raise InvalidArgumentError(f"preserve_row_ids: table {self.table_uri} has a column {name!r} of its own")
+        return {ROW_ID: id_column, ROW_COMMIT_VERSION: version_column}
 
 
 def _checked(reader: pa.RecordBatchReader, constraints: Sequence[tuple[str, FilePredicate]]) -> pa.RecordBatchReader:

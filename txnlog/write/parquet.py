@@ -92,26 +92,46 @@ def write_data_files(
     data_change: bool = True,
     file_prefix: str = "part",
     compression: str = "snappy",
+    hidden_columns: Mapping[str, str] | None = None,
 ) -> list[AddFile]:
     """Write ``data`` as Parquet data files under ``store``'s root; one AddFile per file.
 
     The files are not part of the table until a commit adds them. ``target_file_size``
-    defaults to the table's ``delta.targetFileSize``.
+    defaults to the table's ``delta.targetFileSize``. ``hidden_columns`` maps data columns to
+    int64 file columns outside the table schema (row tracking's materialized columns): every
+    file gets them, null where the data has no such column; they have no stats.
     """
     reader = as_reader(data)
-    target, layout, plan = _prepare(reader.schema, table_schema, partition_columns, configuration, target_file_size)
+    hidden = dict(hidden_columns or {})
+    visible = [i for i, f in enumerate(reader.schema) if f.name not in hidden]
+    target, layout, plan = _prepare(
+        pa.schema([reader.schema.field(i) for i in visible]), table_schema, partition_columns, configuration, target_file_size,
+        hidden=list(hidden.values()),
+    )
     files = _FileSet(store, layout, target, data_change, file_prefix, compression)
     try:
         for batch in reader:
             if not batch.num_rows:
                 continue
-            conformed = _conform_batch(batch, plan, table_schema)
+            conformed = _conform_batch(batch.select(visible) if hidden else batch, plan, table_schema)
+            for source, column in hidden.items():
+                conformed = conformed.append_column(column, _hidden_values(batch, source, column))
             for key, values, rows in _partition_runs(conformed, layout):
                 files.write(key, values, rows)
         return files.finish()
     except BaseException:
         files.abort()
         raise
+
+
+def _hidden_values(batch: pa.RecordBatch, source: str, column: str) -> pa.Array:
+    index = batch.schema.get_field_index(source)
+    if index < 0:
+        return pa.nulls(batch.num_rows, pa.int64())
+    try:
+        return batch.column(index).cast(pa.int64())
+    except (pa.ArrowException, ValueError) as e:
+        raise SchemaError(f"column '{source}' (written as {column!r}) must hold integers, got {batch.column(index).type}: {e}", field=source) from e
 
 
 def check_write_schema(
@@ -133,13 +153,15 @@ def _prepare(
     partition_columns: Sequence[str],
     configuration: Mapping[str, str],
     target_file_size: int | None,
+    *,
+    hidden: Sequence[str] = (),
 ) -> tuple[int, _Layout, list[int | None]]:
     """(target file size, layout, source column of each table column): every check a write
     makes before its first row, in the order it makes them."""
     target = target_file_size if target_file_size is not None else TARGET_FILE_SIZE.get(configuration)
     if target <= 0:
         raise TxnLogError(f"target_file_size must be positive, got {target}")
-    layout = _Layout(table_schema, partition_columns, configuration)
+    layout = _Layout(table_schema, partition_columns, configuration, hidden)
     return target, layout, _plan(data_schema, table_schema)
 
 
@@ -402,7 +424,9 @@ class _PartitionColumn:
 class _Layout:
     """What a write needs to know about the table, derived once from its metadata."""
 
-    def __init__(self, table_schema: pa.Schema, partition_columns: Sequence[str], configuration: Mapping[str, str]) -> None:
+    def __init__(
+        self, table_schema: pa.Schema, partition_columns: Sequence[str], configuration: Mapping[str, str], hidden: Sequence[str] = ()
+    ) -> None:
         self.mapped = is_column_mapped(configuration)
         self.partitions: list[_PartitionColumn] = []
         for key, field in partition_fields(table_schema, partition_columns, self.mapped):
@@ -413,8 +437,10 @@ class _Layout:
         data_fields = [f for f in table_schema if f.name not in partition_names]
         if not data_fields:
             raise SchemaError("every column of the table is a partition column; data files need at least one other", field=None)
-        self.data_names = [f.name for f in data_fields]
+        self.data_names = [f.name for f in data_fields] + list(hidden)
         self.file_schema = physical_schema(data_fields, self.mapped)
+        for name in hidden:
+            self.file_schema = self.file_schema.append(pa.field(name, pa.int64()))
         self.stats_columns = stats_columns(table_schema, configuration, [p.name for p in self.partitions])
         self.table_schema = table_schema
 
