@@ -428,6 +428,10 @@ INVARIANTS_KEY = "delta.invariants"
 GENERATION_EXPRESSION_KEY = "delta.generationExpression"
 IDENTITY_START_KEY = "delta.identity.start"
 RESERVED_DOMAIN_PREFIX = "delta."
+#: The namespaces of table property keys: an option or setting in one of them is a table property.
+PROPERTY_PREFIXES = ("delta.", "txnlog.")
+#: Delta's own keys in a schema field's metadata (column mapping ids and physical names, ...).
+FIELD_METADATA_PREFIX = "delta."
 #: The domain whose configuration holds the row id high-water mark (row tracking).
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
 ROW_ID_HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"

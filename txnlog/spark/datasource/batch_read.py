@@ -56,6 +56,7 @@ from txnlog.expressions import (
     not_,
     starts_with,
 )
+from txnlog.properties import FIELD_METADATA_PREFIX
 from txnlog.read import ReadContext
 from txnlog.spark.common import arrow_schema_of_struct, spark_schema_of
 from txnlog.spark.datasource.options import SourceOptions
@@ -98,7 +99,7 @@ def table_schema(snapshot: Snapshot) -> StructType:
         return t
 
     def clean_field(f: dict[str, Any]) -> dict[str, Any]:
-        metadata = {k: v for k, v in (f.get("metadata") or {}).items() if not k.startswith("delta.")}
+        metadata = {k: v for k, v in (f.get("metadata") or {}).items() if not k.startswith(FIELD_METADATA_PREFIX)}
         return {**f, "type": clean(f["type"]), "metadata": metadata}
 
     raw = orjson.loads(snapshot.metadata.schema_string)

@@ -19,10 +19,9 @@ from typing import Any
 import orjson
 
 from txnlog.errors import InvalidArgumentError
-from txnlog.properties import FAMILIES, PROPERTIES
+from txnlog.properties import FAMILIES, PROPERTIES, PROPERTY_PREFIXES
 
 STORAGE_PREFIX = "storage."
-_PROPERTY_PREFIXES = ("delta.", "txnlog.")
 
 READ_OPTIONS = ("versionAsOf", "timestampAsOf", "filterPushdown", "maxPartitionBytes", "openCostInBytes", "minPartitions")
 WRITE_OPTIONS = ("replaceWhere", "mergeSchema", "txnAppId", "txnVersion", "partitionBy", "saveMode", "targetFileSize")
@@ -118,13 +117,13 @@ class SourceOptions:
                 continue
             if key.startswith(STORAGE_PREFIX) and len(key) > len(STORAGE_PREFIX):
                 storage[key[len(STORAGE_PREFIX) :]] = value
-            elif writing and key.startswith(_PROPERTY_PREFIXES):
+            elif writing and key.startswith(PROPERTY_PREFIXES):
                 properties[_property_key(key)] = value
             elif key in other:
                 kind = "reads" if writing else "writes"
                 raise InvalidArgumentError(f'option {key!r} of format("txnlog") applies to {kind} only (table {uri})')
             else:
-                accepted = ", ".join((*(WRITE_OPTIONS if writing else READ_OPTIONS), "storage.<key>") + (("delta.<property>",) if writing else ()))
+                accepted = ", ".join((*(WRITE_OPTIONS if writing else READ_OPTIONS), "storage.<key>") + (tuple(f"{p}<property>" for p in PROPERTY_PREFIXES) if writing else ()))
                 raise InvalidArgumentError(f'unknown option {key!r} of format("txnlog") for table {uri} (accepted: {accepted})')
         version = _int(lowered, "versionAsOf", minimum=0)
         timestamp = lowered.get("timestampasof")
