@@ -262,7 +262,7 @@ class Snapshot:
         files = self.files(pred, stats=False)
         batches = context.batches(
             files, columns=columns, store=self.store, batch_rows=batch_rows,
-            row_filter=pred.row_filter() if pred is not None else None,
+            row_filter=pred.rows() if pred is not None else None,
             filter_columns=pred.columns if pred is not None else (),
         )
         return pa.RecordBatchReader.from_batches(context.output_schema(columns), batches)
