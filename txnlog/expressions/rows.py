@@ -126,7 +126,7 @@ class RowFilter:
     """The rows of a table on which a bound expression is TRUE (or, after ``~``, the rows where
     it is not: FALSE or NULL, the rows a DELETE keeps). ``text`` names the predicate in errors."""
 
-    __slots__ = ("_expression", "inverted", "physical", "text", "tree")
+    __slots__ = ("_expression", "_opaque_leaves", "inverted", "physical", "text", "tree")
 
     def __init__(self, tree: BoundExpression, *, physical: bool = False, inverted: bool = False, text: str = "") -> None:
         self.tree = tree
@@ -134,11 +134,12 @@ class RowFilter:
         self.inverted = inverted
         self.text = text
         self._expression: pc.Expression | None = None
+        self._opaque_leaves = has_opaque(tree)
 
     @property
     def expression(self) -> pc.Expression | None:
         """The mask as one Arrow expression; None when the tree holds an opaque condition."""
-        if self._expression is None and not has_opaque(self.tree):
+        if self._expression is None and not self._opaque_leaves:
             expression = row_filter(self.tree, physical=self.physical)
             self._expression = pc.invert(expression) if self.inverted else expression
         return self._expression

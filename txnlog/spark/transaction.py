@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from txnlog import AddFile, CommitResult, IsolationLevel, OptimisticTransaction, Table
-from txnlog.errors import FileNotLiveError, InvalidArgumentError, InvalidArgumentTypeError, TransactionError
+from txnlog.errors import FileNotLiveError, InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError, TransactionError
 from txnlog.spark.common import column, require_dataframe
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import check_schema, files_table, files_with_matches, remove_where, write_files
@@ -197,6 +197,14 @@ class SparkTransaction:
             removed, added = self._live(), list[AddFile]()
             self.txn.remove_files(removed)
         else:
+            if self.snapshot.predicate(predicate).rows().expression is None:
+                # The written rows are checked against it on the executors, as one Arrow expression.
+                raise InvalidPredicateError(
+                    f"overwrite of table {self.snapshot.uri}: predicate {predicate!r} computes values on rows "
+                    "(arithmetic, functions, CASE), which the check of the written rows cannot; "
+                    "use conditions on columns against literals, or delete() then write()",
+                    predicate=predicate,
+                )
             removed, added = remove_where(self.spark, self.txn, predicate, ctx=ctx, files=self._live())
         self._staged(removed, added)
         adds = write_files(df, ctx, require=predicate)
