@@ -156,6 +156,7 @@ ATOMS: list[tuple[str, Callable[[dict[str, Any]], Value]]] = [
     ("coalesce(a, b) < 1", lambda r: _cmp(lambda v: v < 1, r["a"] if r["a"] is not None else r["b"])),
     ("CASE WHEN a > 0 THEN b > 0 END", lambda r: _cmp(lambda b: b > 0, r["b"]) if r["a"] is not None and r["a"] > 0 else None),
     ("a * 2 IN (b, 4)", lambda r: _or(_cmp(lambda a, b: 2 * a == b, r["a"], r["b"]), _cmp(lambda a: 2 * a == 4, r["a"]))),
+    ("lower(s) NOT LIKE 'x%'", lambda r: _cmp(lambda s: not s.lower().startswith("x"), r["s"])),
     ("a > 1", lambda r: _cmp(lambda a: a > 1, r["a"])),
     ("s IS NULL", lambda r: r["s"] is None),
     ("b IN (1, 2)", lambda r: _cmp(lambda b: b in (1, 2), r["b"])),
