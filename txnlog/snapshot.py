@@ -273,7 +273,7 @@ class Snapshot:
             schema = schema.append(pa.field(name, pa.int64(), nullable=False))
         batches = context.batches(
             files, columns=columns, store=self.store, batch_rows=batch_rows,
-            row_filter=pred.row_filter() if pred is not None else None,
+            row_filter=pred.rows() if pred is not None else None,
             filter_columns=pred.columns if pred is not None else (),
             **tracking,
         )

@@ -45,10 +45,14 @@ def _conditions(k: int, m: int, part: str) -> list[Condition]:
         Condition(f"part = '{part}'", lambda r: r["part"] == part),
         Condition("v IS NULL", lambda r: r["v"] is None),
         Condition(f"v = {m} OR id IN ({k}, {k + 3})", lambda r: (r["v"] == m) or r["id"] in (k, k + 3)),
+        # Conditions only rows compute (NOT of NULL is NULL: a NULL v matches neither way).
+        Condition(f"v % 3 = {k % 3}", lambda r: r["v"] is not None and math.fmod(r["v"], 3) == k % 3),
+        Condition(f"NOT (v * 2 > {m}) AND id % 4 <> {k % 4}", lambda r: r["v"] is not None and not r["v"] * 2 > m and r["id"] % 4 != k % 4),
+        Condition(f"upper(part) = '{part.upper()}' OR NOT (v % 2 = 0)", lambda r: r["part"] == part or (r["v"] is not None and r["v"] % 2 != 0)),
     ]
 
 
-conditions = st.builds(lambda k, m, p, i: _conditions(k, m, p)[i], st.integers(0, 60), st.integers(-5, 99), parts, st.integers(0, 4))
+conditions = st.builds(lambda k, m, p, i: _conditions(k, m, p)[i], st.integers(0, 60), st.integers(-5, 99), parts, st.integers(0, 7))
 
 # SET clauses: the SQL and the new row they make.
 SETS: list[tuple[dict[str, str], Callable[[Row], Row]]] = [

@@ -11,7 +11,7 @@ import pytest
 
 import txnlog
 import txnlog.spark as ts
-from txnlog.errors import ConcurrentAppendError, FileNotLiveError
+from txnlog.errors import ConcurrentAppendError, FileNotLiveError, TxnLogError
 
 pytestmark = pytest.mark.spark
 
@@ -124,3 +124,25 @@ def test_update_and_delete_on_columns_named_with_a_dot(spark: Any, tmp_path: Pat
     )
     assert rows == expected
     assert sorted(tuple(r) for r in ts.read(spark, uri, predicate="`a.b` = 1").collect()) == [r for r in expected if r[1] == 1]
+
+
+def test_delete_and_update_take_conditions_only_rows_compute(spark: Any, tmp_path: Path) -> None:
+    uri = _table(spark, tmp_path)
+    with ts.transaction(spark, uri, operation="UPDATE") as tx:
+        assert tx.delete("id % 1000 = 7") == 1  # skipping keeps every file; Spark finds the one holding id 7
+        # The opaque condition skips nothing; p = '2' does: only that file is rewritten.
+        assert tx.update("v % 20 = 0 AND NOT (upper(p) <> '2') AND p = '2'", set={"v": "-v"}) == 1
+    rows = {r.id: r.v for r in ts.read(spark, uri).collect()}
+    assert sorted(rows) == [i for i in range(30) if i != 7]
+    assert {i for i, v in rows.items() if v < 0} == {i for i in range(30) if i % 3 == 2 and i % 2 == 0}
+    version = txnlog.Table(uri).latest_version()
+    # overwrite checks every written row against a condition that computes values, too.
+    with pytest.raises(TxnLogError, match="do not match the replaceWhere condition"):
+        with ts.transaction(spark, uri) as tx:
+            tx.overwrite(spark.createDataFrame([(101, "1", 0)], "id long, p string, v long"), "id % 2 = 0")
+    assert txnlog.Table(uri).latest_version() == version
+    with ts.transaction(spark, uri) as tx:
+        tx.overwrite(spark.createDataFrame([(100, "1", 0)], "id long, p string, v long"), "id % 2 = 0")
+    rows = {r.id: r.v for r in ts.read(spark, uri).collect()}
+    assert sorted(rows) == [i for i in range(30) if i % 2 and i != 7] + [100]
+    assert ts.read(spark, uri, predicate="id % 10 = 3 AND p = '0'").count() == 1  # id 3 (13: p = '1', 23: p = '2')

@@ -81,6 +81,14 @@ def test_checks_happen_before_any_file_is_written(tmp_path: Path) -> None:
     assert table.latest_version() == 0
 
 
+def test_a_check_constraint_computing_values_is_enforced(tmp_path: Path) -> None:
+    table = Table.create(tmp_path / "t", SCHEMA, properties={"delta.constraints.even": "id % 2 = 0 OR value IS NULL"})
+    table.append(pa.table({"id": [2, 3], "part": ["a", "a"], "value": [1.0, None]}))
+    with pytest.raises(ProtocolViolationError, match=r"even .* violated by 1 row\(s\), e.g. \{'id': 5"):
+        table.append(pa.table({"id": [4, 5], "part": ["a", "a"], "value": [1.0, 1.0]}))
+    assert table.snapshot().to_arrow(["id"]).column("id").to_pylist() == [2, 3]
+
+
 def test_table_append_and_transaction_write_use_it(tmp_path: Path) -> None:
     table = Table.create(tmp_path / "t", SCHEMA, partition_by=["part"])
     table.append(_rows(4))

@@ -29,7 +29,6 @@ from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_ran
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError
 from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
-from txnlog.expressions.rows import evaluate
 from txnlog.expressions.tree import Reference
 from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value
 from txnlog.read import ReadContext
@@ -163,7 +162,7 @@ def _matching_positions(ctx: ReadContext, files: pa.Table, predicate: FilePredic
     predicate's columns are read)."""
     out = []
     for i in range(files.num_rows):
-        rows = ctx.read(files.slice(i, 1), columns=[], row_filter=predicate.row_filter(), filter_columns=predicate.columns, row_index=ROW_INDEX)
+        rows = ctx.read(files.slice(i, 1), columns=[], row_filter=predicate.rows(), filter_columns=predicate.columns, row_index=ROW_INDEX)
         out.append(rows.column(ROW_INDEX).combine_chunks())
     return out
 
@@ -296,7 +295,7 @@ def delete(txn: OptimisticTransaction, predicate: str) -> DmlResult:
         changes.positions = {i: positions[i] for i in touched}
     else:
         changes.rewritten = touched
-    keep = pc.invert(condition.row_filter())
+    keep = ~condition.rows()
 
     def kept_rows() -> Iterator[pa.RecordBatch]:
         if dv_mode:
@@ -363,7 +362,7 @@ def update(txn: OptimisticTransaction, predicate: str | None, set: Mapping[str, 
         changes.positions = {i: positions[i] for i in touched}
     else:
         changes.rewritten = touched
-    matches = condition.row_filter()
+    matches = condition.rows()
 
     def new_rows() -> Iterator[pa.RecordBatch]:
         for i in touched:
@@ -377,7 +376,7 @@ def update(txn: OptimisticTransaction, predicate: str | None, set: Mapping[str, 
                 if dv_mode:
                     hit, kept = rows, rows.slice(0, 0)
                 else:
-                    mask = evaluate(matches, rows)
+                    mask = matches.mask(rows)
                     hit, kept = rows.filter(mask), rows.filter(pc.invert(mask))
                     changes.copied_rows += kept.num_rows
                     yield from kept.to_batches()

@@ -1,13 +1,14 @@
 """Boolean expressions over a table's columns: the tree, SQL parsing, and their evaluation on file
 stats (skipping) and on rows (filtering).
 
-- :mod:`~txnlog.expressions.tree`: immutable nodes in negation normal form and the constructors
+- :mod:`~txnlog.expressions.tree`: immutable nodes in negation normal form (conditions it cannot
+  reason about, ``key % 10 = 3``, are :class:`Opaque` leaves, computed on rows only) and the constructors
   another translator (Spark's pushed filters) builds them with: ``and_(equal("region", "EU"),
   greater_than(column("s", "a"), 10))``.
 - :mod:`~txnlog.expressions.parser`: SQL text to a tree (sqlglot, loaded on first use).
 - :mod:`~txnlog.expressions.binding`: a tree resolved against a schema (types, physical names).
 - :mod:`~txnlog.expressions.stats`: may a file hold a matching row (partition values, min/max/nullCount).
-- :mod:`~txnlog.expressions.rows`: the Arrow expression true exactly on the matching rows.
+- :mod:`~txnlog.expressions.rows`: the rows a bound expression is TRUE on (:class:`RowFilter`).
 - :mod:`~txnlog.expressions.values`: value expressions (``amount * 2``, ``CASE``, ``upper(x)``)
   for DML's SET clauses and MERGE conditions, parsed by :func:`parse_value`, computed on Arrow.
 - :class:`FilePredicate`: all of it for one table, parsed and bound once.
@@ -16,7 +17,7 @@ stats (skipping) and on rows (filtering).
 from txnlog.expressions.binding import MAX_PREDICATE_TERMS, BoundExpression, bind
 from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse, parse_value
 from txnlog.expressions.predicate import FilePredicate
-from txnlog.expressions.rows import row_filter
+from txnlog.expressions.rows import RowFilter, row_filter
 from txnlog.expressions.stats import may_match
 from txnlog.expressions.tree import (
     ALWAYS_FALSE,
@@ -29,6 +30,7 @@ from txnlog.expressions.tree import (
     In,
     IsNull,
     Like,
+    Opaque,
     Or,
     Reference,
     and_,
@@ -72,8 +74,10 @@ __all__ = [
     "In",
     "IsNull",
     "Like",
+    "Opaque",
     "Or",
     "Reference",
+    "RowFilter",
     "ValueExpression",
     "and_",
     "bind",

@@ -27,9 +27,11 @@ from txnlog.expressions.tree import (
     In,
     IsNull,
     Like,
+    Opaque,
     Or,
     Reference,
 )
+from txnlog.expressions.values import ValueExpression
 from txnlog.file_facts import physical_name, string_converter
 
 # Decimals with at most this many digits survive a round trip through a double.
@@ -153,6 +155,26 @@ class BoundLike(BoundExpression):
                 break
             out.append(ch)
         return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundOpaque(BoundExpression):
+    """A condition only rows can compute (see :class:`~txnlog.expressions.tree.Opaque`), with
+    each column reference it makes resolved. ``negated``: TRUE where the condition is FALSE."""
+
+    value: ValueExpression
+    sql: str
+    negated: bool
+    references: tuple[tuple[Reference, BoundColumn], ...]
+
+    def columns(self) -> Iterator[BoundColumn]:
+        for _, column in self.references:
+            yield column
+
+
+def has_opaque(node: BoundExpression) -> bool:
+    """Does ``node`` hold a condition only rows can compute?"""
+    return any(isinstance(leaf, BoundOpaque) for leaf in node.leaves())
 
 
 def bound_columns(node: BoundExpression) -> list[BoundColumn]:
@@ -281,6 +303,9 @@ class _Binder:
             return BoundIsNull(self.column(node.column), node.negated)
         if isinstance(node, Like):
             return self.bind_like(node)
+        if isinstance(node, Opaque):
+            references = tuple((ref, self.column(ref)) for ref in node.references())
+            return BoundOpaque(node.value, node.sql, node.negated, references)
         raise self.error(f"holds {type(node).__name__}, which is not an expression node")
 
     def compare(self, column: BoundColumn, op: str, value: pa.Scalar) -> BoundExpression:
@@ -372,10 +397,12 @@ __all__ = [
     "BoundIsNull",
     "BoundJunction",
     "BoundLike",
+    "BoundOpaque",
     "BoundOr",
     "bind",
     "bound_columns",
     "cast_literal",
+    "has_opaque",
     "is_number",
     "is_string",
 ]

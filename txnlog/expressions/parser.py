@@ -26,6 +26,7 @@ from txnlog.expressions.tree import (
     In,
     IsNull,
     Like,
+    Opaque,
     Reference,
     and_,
     equal_null_safe,
@@ -101,8 +102,9 @@ def _load_sqlglot() -> None:
 
 def parse(sql: str) -> Expression:
     """The boolean SQL expression ``sql`` (Spark's dialect; double quotes name columns) as an
-    expression tree in negation normal form. Columns are not resolved here: see
-    :func:`txnlog.expressions.bind`."""
+    expression tree in negation normal form. Conditions the tree cannot express (``key % 10 = 3``,
+    ``upper(name) = 'A'``, CASE) become :class:`~txnlog.expressions.tree.Opaque` leaves. Columns
+    are not resolved here: see :func:`txnlog.expressions.bind`."""
     if not isinstance(sql, str):
         raise InvalidPredicateError(f"a predicate must be SQL text, not {type(sql).__name__}", predicate=repr(sql))
     _load_sqlglot()
@@ -173,6 +175,8 @@ _CONSTRUCTS = {
     "Struct": "a struct",
     "Interval": "an interval",
 }
+# What gives a value, never a condition, by sqlglot's name for it (bitwise operators too).
+_VALUES_ONLY = {"Add", "Sub", "Mul", "Div", "IntDiv", "Mod", "Neg", "DPipe", "Literal", "HexString", "Interval", "Array", "Struct"}
 
 
 def _words(class_name: str) -> str:
@@ -351,10 +355,14 @@ class _Parser:
         if isinstance(e, (exp.Column, exp.Dot)):
             return Comparison(self.reference(e), "=", pa.scalar(True))  # a boolean column as a condition
         if type(e) in _SQL.comparisons:
+            if not (self.is_simple(e.this) and self.is_simple(e.expression)):
+                return self.opaque(e)
             return self.build_comparison(e.this, _SQL.comparisons[type(e)], e.expression)
         if isinstance(e, (exp.NullSafeEQ, exp.NullSafeNEQ)):
             return self.build_null_safe(e)
         if isinstance(e, exp.Between):
+            if not all(self.is_simple(part) for part in (e.this, e.args["low"], e.args["high"])):
+                return self.opaque(e)
             low = self.build_comparison(e.this, ">=", e.args["low"])
             high = self.build_comparison(e.this, "<=", e.args["high"])
             return and_(low, high)
@@ -364,10 +372,33 @@ class _Parser:
             return self.build_is(e)
         if isinstance(e, (exp.Like, exp.ILike)):
             return self.build_like(e)
+        if isinstance(e, exp.Func):  # CASE, IF, CAST, coalesce(), startswith(), ...: boolean or not, rows tell
+            return self.opaque(e)
         if isinstance(e, exp.Alias):  # sqlglot reads "a b" as "a AS b"
             after = e.this.sql(dialect=_SQL.dialect)
             raise self.error(f"cannot parse: has an unexpected {e.alias!r} after {after!r}")
+        name = type(e).__name__
+        if name in _VALUES_ONLY or name.startswith("Bitwise"):
+            text = e.sql(dialect=_SQL.dialect)
+            raise self.error(f"has {text!r} where a condition is expected: it gives a value ({_construct(e)}), not true or false")
         raise self.unsupported(e)
+
+    def opaque(self, e: exp.Expression) -> Expression:
+        """``e``, a condition the tree cannot express, as a leaf computed on rows only."""
+        return Opaque(self.value(e), e.sql(dialect=_SQL.dialect))
+
+    def is_literal(self, e: exp.Expression) -> bool:
+        """Is ``e`` written as a literal (what :meth:`literal` reads, or refuses in words)?"""
+        e = self.unparen(e)
+        if isinstance(e, (exp.Null, exp.Boolean, exp.Literal, exp.HexString)):
+            return True
+        if isinstance(e, (exp.Neg, exp.Cast, exp.TryCast)):
+            return self.is_literal(e.this)
+        return isinstance(e, exp.Concat) and all(isinstance(p, exp.Literal) and p.is_string for p in e.expressions)
+
+    def is_simple(self, e: exp.Expression) -> bool:
+        """A column or a literal: what the tree's comparisons hold."""
+        return self.is_column(e) or self.is_literal(e)
 
     def is_column(self, e: exp.Expression) -> bool:
         return isinstance(self.unparen(e), (exp.Column, exp.Dot))
@@ -422,24 +453,27 @@ class _Parser:
         left, right = self.unparen(e.this), self.unparen(e.expression)
         if not self.is_column(left):
             left, right = right, left
-        if not self.is_column(left) or self.is_column(right):
-            raise self.unsupported(e, "'<=>' between two columns or two literals")
+        if not self.is_column(left) or not self.is_literal(right):
+            # Never NULL, so IS DISTINCT FROM is exactly the negation of <=>.
+            equal_sql = exp.NullSafeEQ(this=e.this.copy(), expression=e.expression.copy())
+            node = Opaque(Operation("<=>", (self.value(left), self.value(right))), equal_sql.sql(dialect=_SQL.dialect))
+            return node if isinstance(e, exp.NullSafeEQ) else node.negate()
         equal = equal_null_safe(self.reference(left), self.literal(right))
         return equal if isinstance(e, exp.NullSafeEQ) else equal.negate()
 
     def build_in(self, e: exp.In) -> Expression:
         if e.args.get("query") is not None or e.args.get("unnest") is not None or e.args.get("field") is not None:
             raise self.unsupported(e, "IN with a subquery")
-        if not self.is_column(e.this):
-            raise self.unsupported(e, "IN on something other than a column")
         if not e.expressions:
             raise self.error("has an empty IN list")
+        if not self.is_column(e.this) or not all(self.is_literal(item) for item in e.expressions):
+            return self.opaque(e)
         return In(self.reference(e.this), tuple(self.literal(item) for item in e.expressions))
 
     def build_is(self, e: exp.Is) -> Expression:
         target, what = self.unparen(e.this), self.unparen(e.expression)
         if not self.is_column(target):
-            raise self.unsupported(e, "IS on something other than a column")
+            return self.opaque(e)
         ref = self.reference(target)
         if isinstance(what, exp.Null):
             return IsNull(ref)
@@ -449,9 +483,10 @@ class _Parser:
         raise self.unsupported(e, "IS with something other than NULL, TRUE or FALSE")
 
     def build_like(self, e: exp.Expression) -> Expression:
-        target, pattern = self.unparen(e.this), self.literal(e.expression)
+        target = self.unparen(e.this)
         if not self.is_column(target):
-            raise self.unsupported(e, "LIKE on something other than a column")
+            return self.opaque(e)
+        pattern = self.literal(e.expression)
         if pattern is not None and not is_string(pattern.type):
             raise self.error(f"uses a non-string LIKE pattern {pattern.as_py()!r}")
         node = Like(self.reference(target), None if pattern is None else pattern.as_py(),
@@ -498,7 +533,8 @@ class _Parser:
             pattern = self.literal(e.expression)
             if pattern is not None and not is_string(pattern.type):
                 raise self.error(f"uses a non-string LIKE pattern {pattern.as_py()!r}")
-            return LikeValue(self.value(e.this), None if pattern is None else pattern.as_py(), ignore_case=isinstance(e, exp.ILike))
+            return LikeValue(self.value(e.this), None if pattern is None else pattern.as_py(),
+                             negated=bool(e.args.get("negate")), ignore_case=isinstance(e, exp.ILike))
         if isinstance(e, exp.Case):
             return self.case(e)
         if isinstance(e, exp.If):

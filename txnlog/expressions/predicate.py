@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.errors import InvalidPredicateError
-from txnlog.expressions.binding import BoundExpression, bind, bound_columns
+from txnlog.expressions.binding import BoundExpression, BoundOpaque, bind, bound_columns, has_opaque
 from txnlog.expressions.parser import parse
-from txnlog.expressions.rows import evaluate, row_filter
+from txnlog.expressions.rows import RowFilter
 from txnlog.expressions.stats import may_match
 from txnlog.expressions.tree import Expression
 
@@ -23,6 +23,10 @@ class FilePredicate:
     Column names resolve case-insensitively against ``schema``; struct fields as ``s.a``. With
     column mapping, ``physical_names`` maps each top-level column to the name partition values and
     stats use (nested physical names come from the fields' Delta metadata).
+
+    Any boolean SQL is accepted; conditions on a column against literals (comparisons, IN, IS
+    NULL, LIKE, BETWEEN) skip files, others (``key % 10 = 3``, ``upper(name) = 'A'``) are
+    computed on rows only (see :meth:`rows`).
     """
 
     def __init__(
@@ -54,16 +58,34 @@ class FilePredicate:
         return f"FilePredicate({self.sql!r})"
 
     def matches_partition_only(self) -> bool:
-        """True when every referenced column is a partition column (so skipping is exact)."""
-        return self.columns <= set(self.partition_columns)
+        """True when skipping is exact: every referenced column is a partition column and no
+        condition is opaque (those never skip a file, so they cannot decide one)."""
+        return self.columns <= set(self.partition_columns) and not has_opaque(self.bound)
+
+    def rows(self, *, physical: bool = False) -> RowFilter:
+        """The rows the predicate is TRUE on: ``rows().mask(table)``, ``~rows()`` for the rows
+        a DELETE keeps (FALSE or NULL). Works for every predicate; see :meth:`row_filter` for one
+        Arrow expression. Field references use the logical names, or the physical ones (as in
+        data files under column mapping) when asked."""
+        return RowFilter(self.bound, physical=physical, text=self.sql)
 
     def row_filter(self, *, physical: bool = False) -> pc.Expression:
         """An expression true exactly where the predicate is TRUE, false elsewhere (never null).
 
         ``~row_filter()`` therefore selects the rows a DELETE keeps. Field references use the
         logical names, or the physical ones (as in data files under column mapping) when asked.
+        A predicate with an opaque condition (``key % 10 = 3``) has no such expression
+        (InvalidPredicateError): use :meth:`rows`.
         """
-        return row_filter(self.bound, physical=physical)
+        expression = self.rows(physical=physical).expression
+        if expression is None:
+            opaque = next(leaf.sql for leaf in self.bound.leaves() if isinstance(leaf, BoundOpaque))
+            raise InvalidPredicateError(
+                f"predicate {self.sql!r} computes {opaque!r} on rows, which no Arrow expression holds: "
+                "filter rows with FilePredicate.rows()",
+                predicate=self.sql,
+            )
+        return expression
 
     def may_match(self, files: pa.Table) -> pa.BooleanArray:
         """Per file: False only where the file provably has no row on which the predicate is TRUE."""
@@ -77,10 +99,11 @@ class FilePredicate:
         return files.filter(self.may_match(files))
 
     def _check_evaluable(self) -> None:
-        """Evaluate the row filter on one null row, so type errors surface here, not in a scan."""
+        """Evaluate the row filter on one null row, so type errors (and opaque conditions that are
+        not boolean or call functions txnlog does not compute) surface here, not in a scan."""
         empty = pa.table({f.name: pa.nulls(1, f.type) for f in self.schema}, schema=self.schema)
         try:
-            evaluate(self.row_filter(), empty)
+            self.rows().mask(empty)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             raise InvalidPredicateError(
                 f"predicate {self.sql!r} cannot be evaluated on the table's columns: {e}", predicate=self.sql

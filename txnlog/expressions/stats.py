@@ -4,6 +4,9 @@ Columnar over the whole file list: one boolean per file, computed with Arrow ker
 partition values (parsed from their serialization), conservative on min/max/nullCount stats:
 never False for a file that holds a matching row. Only the stats of the columns the expression
 reads are parsed, and only when a node needs them.
+
+An opaque condition (``key % 10 = 3``) may match any file: it skips nothing by itself, an AND
+skips on its other terms, an OR with it skips nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from txnlog.expressions.binding import (
     BoundIsNull,
     BoundJunction,
     BoundLike,
-    bound_columns,
+    BoundOpaque,
+    has_opaque,
     is_string,
 )
 from txnlog.expressions.rows import arrow_expression, evaluate
@@ -41,6 +45,12 @@ logger = logging.getLogger(__name__)
 _MAX_IN_VALUES_FOR_STATS = 32
 # Delta truncates timestamp stats to milliseconds: they are widened by one (a second for "s").
 _MILLISECOND_IN_UNIT = {"s": 1, "ms": 1, "us": 1_000, "ns": 1_000_000}
+
+
+def _skipping_columns(node: BoundExpression) -> list[BoundColumn]:
+    """The columns whose partition values or stats may refute ``node`` (not those only opaque
+    conditions read)."""
+    return [c for leaf in node.leaves() if not isinstance(leaf, BoundOpaque) for c in leaf.columns()]
 
 
 def _falses(n: int) -> pa.Array:
@@ -184,7 +194,7 @@ class _FileEvaluator:
     def _partitions(self) -> pa.Table:
         """The referenced partition columns, parsed: one row per file, evaluated on exactly."""
         if self._partition_table is None:
-            referenced = {c.name: c for c in bound_columns(self.tree) if c.name in self._partition}
+            referenced = {c.name: c for c in _skipping_columns(self.tree) if c.name in self._partition}
             values = self._column_of("partition_values")
             arrays: dict[str, pa.Array] = {}
             for name, column in sorted(referenced.items()):
@@ -202,7 +212,7 @@ class _FileEvaluator:
 
     def _exact_on_partitions(self, node: BoundExpression) -> pa.Array:
         mask = pc.fill_null(evaluate(arrow_expression(node, physical=False), self._partitions()), False)
-        for name in {c.name for c in bound_columns(node)}:
+        for name in {c.name for c in _skipping_columns(node)}:
             mask = pc.or_(mask, self._partition_unknown[name])
         return mask
 
@@ -212,7 +222,7 @@ class _FileEvaluator:
         if self._stats is not None:
             return self._stats
         columns = {
-            c.path: c for c in bound_columns(self.tree) if c.name not in self._partition and _has_stats(c)
+            c.path: c for c in _skipping_columns(self.tree) if c.name not in self._partition and _has_stats(c)
         }
         target = stats_type(self.schema, list(columns), mapped=self.column_mapping)
         parsed = parse_stats(self._column_of("stats"), target)
@@ -244,7 +254,9 @@ class _FileEvaluator:
     def may(self, node: BoundExpression) -> pa.Array:
         if isinstance(node, BoundConstant):
             return _trues(self.n) if node.value else _falses(self.n)
-        if {c.name for c in bound_columns(node)} <= self._partition:
+        if isinstance(node, BoundOpaque):
+            return _trues(self.n)
+        if {c.name for c in _skipping_columns(node)} <= self._partition and not has_opaque(node):
             return self._exact_on_partitions(node)
         if isinstance(node, BoundJunction):
             combine = pc.and_ if isinstance(node, BoundAnd) else pc.or_  # masks are never null

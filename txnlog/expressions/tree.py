@@ -17,11 +17,14 @@ import datetime
 import decimal
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError
+
+if TYPE_CHECKING:
+    from txnlog.expressions.values import ValueExpression
 
 # The comparison operators, as SQL spells them.
 OPERATORS = ("=", "<>", "<", "<=", ">", ">=")
@@ -159,6 +162,31 @@ class Like(Expression):
     def __str__(self) -> str:
         word = ("NOT " if self.negated else "") + ("ILIKE" if self.ignore_case else "LIKE")
         return f"{self.column} {word} {_sql_literal(None if self.pattern is None else pa.scalar(self.pattern))}"
+
+
+@dataclass(frozen=True, slots=True)
+class Opaque(Expression):
+    """A condition the tree cannot reason about (``key % 10 = 3``, ``upper(name) = 'A'``, a CASE):
+    a boolean :class:`~txnlog.expressions.values.ValueExpression` and its SQL text. Rows compute
+    it; file skipping treats it as "may match".
+
+    ``negated`` is SQL's NOT of it: TRUE where the condition is FALSE. A NULL stays NULL either
+    way (so NOT never selects the rows where the condition is NULL), which is why NOT flips this
+    flag rather than meaning "not TRUE"."""
+
+    value: ValueExpression
+    sql: str
+    negated: bool = False
+
+    def negate(self) -> Expression:
+        return Opaque(self.value, self.sql, not self.negated)
+
+    def references(self) -> tuple[Reference, ...]:
+        """The columns the condition reads, each once."""
+        return tuple(dict.fromkeys(self.value.references()))
+
+    def __str__(self) -> str:
+        return f"NOT ({self.sql})" if self.negated else f"({self.sql})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +397,7 @@ __all__ = [
     "In",
     "IsNull",
     "Like",
+    "Opaque",
     "Or",
     "Reference",
     "and_",

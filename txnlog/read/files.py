@@ -8,7 +8,8 @@ A data file holds only part of what a row is. This module adds the rest, for eve
 - columns a file predates (schema evolution) as nulls;
 - partition columns, from the file's ``partitionValues`` typed by the table schema;
 - deletion vectors: rows whose position is in the file's vector are dropped;
-- a row filter (an Arrow expression over logical names), after all of the above.
+- a row filter (an Arrow expression or a :class:`~txnlog.expressions.RowFilter`, over logical
+  names), after all of the above.
 
 :class:`ReadContext` is picklable, like ``WriteContext``: a process holding only the context
 opens the table's store itself and reads the files it is handed.
@@ -27,7 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from txnlog.errors import InvalidArgumentError, LogCorruptError, SchemaError, StorageError, TxnLogError
-from txnlog.expressions.rows import evaluate
+from txnlog.expressions.rows import RowFilter, evaluate
 from txnlog.file_facts import parse_partition_values, physical_schema
 from txnlog.log.actions import DeletionVectorDescriptor
 from txnlog.log.deletion_vectors import DeletionVectorError, read_deletion_vector
@@ -133,7 +134,7 @@ class ReadContext:
         files: pa.Table,
         *,
         columns: Sequence[str] | None = None,
-        row_filter: pc.Expression | None = None,
+        row_filter: pc.Expression | RowFilter | None = None,
         filter_columns: Iterable[str] = (),
         store: LogStore | None = None,
         batch_rows: int = BATCH_ROWS,
@@ -180,7 +181,8 @@ class ReadContext:
             positions = _Positions(row_index, tracking, row_ids[i] if row_ids is not None else None)
             for batch in self._file_batches(store, path, read_schema, physical, constants, deleted[i], batch_rows, positions):
                 if row_filter is not None:
-                    batch = batch.filter(evaluate(row_filter, pa.Table.from_batches([batch])))
+                    rows = pa.Table.from_batches([batch])
+                    batch = batch.filter(row_filter.mask(rows) if isinstance(row_filter, RowFilter) else evaluate(row_filter, rows))
                     if not batch.num_rows:
                         continue
                 yield batch.select(wanted) if extra else batch

@@ -90,12 +90,13 @@ def check_rows(ctx: WriteContext, condition: str, batches: Iterable[pa.RecordBat
     """``batches``, each checked to satisfy the SQL ``condition`` (replaceWhere) on every row (a
     null result does not), else ProtocolViolationError naming a failing row."""
     predicate = FilePredicate(condition, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)
-    expression = predicate.row_filter()
+    rows = predicate.rows()  # any boolean SQL: conditions that compute values too
     for batch in batches:
         table = pa.Table.from_batches([batch])
-        matching = table.filter(expression).num_rows
+        mask = rows.mask(table)
+        matching = int(pc.sum(mask).as_py() or 0)
         if matching != batch.num_rows:
-            bad = table.filter(~expression).slice(0, 1).to_pylist() or ["(a row where the condition is null)"]
+            bad = table.filter(pc.invert(mask)).slice(0, 1).to_pylist()
             raise ProtocolViolationError(
                 f"{batch.num_rows - matching} written row(s) do not match the replaceWhere condition "
                 f"{condition!r} of table {ctx.table_uri}, e.g. {bad[0]}",
