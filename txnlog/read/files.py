@@ -134,18 +134,27 @@ class ReadContext:
         store: LogStore | None = None,
         batch_rows: int = BATCH_ROWS,
         row_index: str | None = None,
+        file_columns: Sequence[pa.Field] = (),
     ) -> Iterator[pa.RecordBatch]:
         """The live rows of ``files`` (rows of ``Snapshot.files()``), file by file, as batches of
         :meth:`output_schema` ``(columns)``. ``row_filter`` (over logical names, reading
         ``filter_columns`` besides ``columns``) keeps only the rows where it is true.
         ``row_index`` names an extra last column (int64) holding each row's physical position in
-        its file, the position a deletion vector names: what DML marks as deleted."""
+        its file, the position a deletion vector names: what DML marks as deleted.
+        ``file_columns`` are read as they are named in each file, after the table's columns and
+        before ``row_index`` (a change data file's ``_change_type``); nulls where a file lacks one."""
         out_schema = self.output_schema(columns)
         wanted = [f.name for f in out_schema]
         if row_index is not None and row_index.lower() in {f.name.lower() for f in self.schema}:
             raise InvalidArgumentError(f"row_index {row_index!r} is a column of table {self.table_uri}; choose another name")
         extra = [f.name for f in self.output_schema(list(filter_columns)) if f.name not in wanted] if row_filter is not None else []
         read_schema = self.output_schema(wanted + extra)
+        taken = {f.name.lower() for f in self.schema} | ({row_index.lower()} if row_index is not None else set())
+        for f in file_columns:
+            if f.name.lower() in taken:
+                raise InvalidArgumentError(f"file column {f.name!r} clashes with a column of table {self.table_uri}")
+            read_schema = read_schema.append(f)
+            wanted = [*wanted, f.name]
         if row_index is not None:
             read_schema = read_schema.append(pa.field(row_index, pa.int64(), nullable=False))
             wanted = [*wanted, row_index]
@@ -157,6 +166,7 @@ class ReadContext:
         # The same for every file: each data column's physical field.
         data_fields = [f for f in self.schema if f.name in read_schema.names and f.name not in partitions.column_names]
         physical = dict(zip((f.name for f in data_fields), physical_schema(data_fields, self.table_configuration.is_column_mapped), strict=True))
+        physical.update({f.name: f for f in file_columns})
         paths = files.column("path").to_pylist()
         for i, path in enumerate(paths):
             constants = {name: partitions.column(name)[i] for name in partitions.column_names}
@@ -170,6 +180,8 @@ class ReadContext:
     def read(self, files: pa.Table, **options: Any) -> pa.Table:
         """:meth:`batches` as one table."""
         schema = self.output_schema(options.get("columns"))
+        for f in options.get("file_columns", ()):
+            schema = schema.append(f)
         if options.get("row_index") is not None:
             schema = schema.append(pa.field(options["row_index"], pa.int64(), nullable=False))
         return pa.Table.from_batches(list(self.batches(files, **options)), schema=schema)
