@@ -2,6 +2,7 @@
 
 - :func:`write` / :func:`write_files`: a DataFrame to a table, Parquet written by the executors;
 - :func:`read` / :func:`read_files`: a snapshot's live files as a DataFrame;
+- :func:`read_changes`: the change data feed between versions or timestamps;
 - :func:`files`: the live file list reconstructed on the executors, for tables whose list
   does not fit the driver;
 - :func:`transaction`: a context manager for PySpark jobs (read, write, delete, update,
@@ -11,6 +12,7 @@ Works with a classic SparkSession and over Spark Connect (public DataFrame APIs 
 Needs the `spark` extra (PySpark 4, pyroaring); executors need only txnlog, pyarrow and fsspec.
 """
 
+from txnlog.spark.changes import read_changes
 from txnlog.spark.common import SparkJobError, SparkWorkerPythonError
 from txnlog.spark.files import files
 from txnlog.spark.merge import merge
@@ -30,6 +32,7 @@ __all__ = [
     "merge",
     "optimize",
     "read",
+    "read_changes",
     "read_files",
     "transaction",
     "write",
