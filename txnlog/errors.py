@@ -124,6 +124,11 @@ class VersionNotFoundError(TxnLogError):
         self.version = version
 
 
+class ChangeDataNotRecordedError(VersionNotFoundError):
+    """A change-data read covers ``version``, at which the table did not record change data
+    (``delta.enableChangeDataFeed`` was not true)."""
+
+
 class LogCorruptError(TxnLogError):
     """The log is malformed: ``path`` and ``version`` name where."""
 

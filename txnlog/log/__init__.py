@@ -1,6 +1,6 @@
 """The Delta protocol's log: actions and their JSON codec, the columnar layout of file actions,
 log listings and segments, commit files, replay into a :class:`TableState`, checkpoints read and
-written, deletion vectors, and history.
+written, deletion vectors, history, and where each version's change data is.
 
 This ``__all__`` is what engines (``txnlog.spark``, ``txnlog.iceberg``, ``txnlog.maintenance``,
 the CLI) may use; the modules behind it are the core's own (``tests/test_layers.py`` checks).
@@ -18,6 +18,7 @@ from txnlog.log.actions import (
     Sidecar,
     Txn,
 )
+from txnlog.log.changes import VersionChanges, changes_in_range
 from txnlog.log.checkpoint_reader import checkpoint_sources, sidecar_path
 from txnlog.log.checkpoint_writer import (
     CheckpointResult,
@@ -93,4 +94,7 @@ __all__ = [
     "read_deletion_vector",
     # history
     "HistoryEntry",
+    # the change data feed: which files hold each version's changes
+    "VersionChanges",
+    "changes_in_range",
 ]

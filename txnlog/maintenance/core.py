@@ -116,6 +116,17 @@ def referenced_paths(table_uri: str, files: pa.Table, *, version: int | None = N
     return out
 
 
+def change_data_paths(table_uri: str, commits: Iterable[Commit]) -> list[str]:
+    """Store paths of the change data files (``cdc`` actions) ``commits`` name; UnsafePathError
+    for any escape."""
+    return [
+        locate(table_uri, obj["cdc"]["path"], version=commit.version)
+        for commit in commits
+        for obj in commit.actions
+        if isinstance(obj.get("cdc"), Mapping) and isinstance(obj["cdc"].get("path"), str)
+    ]
+
+
 def deleted_rows(store: LogStore, table_uri: str, data_file: str, vector: Mapping[str, Any], *, version: int | None = None) -> pa.Array:
     """The row positions (uint64, ascending) a deletion vector deletes; ``vector`` is a
     ``deletion_vector`` row of ``Snapshot.files()``. DeletionVectorError (naming the table and the

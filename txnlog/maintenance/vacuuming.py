@@ -4,10 +4,12 @@ that are older than the retention horizon (``delta.deletedFileRetentionDuration`
 Two kinds go: tombstones past the horizon, and orphans of aborted writes (files under the table
 root the log never named). A file counts as referenced if it is live at any version the log can
 still reconstruct (the earliest one's files, plus every file a later commit added) or at a tagged
-version, or if it was removed less than the retention ago. Only files below the table root are
-ever considered; hidden paths (``_delta_log/``, ``_txnlog/``, any ``_``/``.`` name that is not a
-partition directory) and the Iceberg ``metadata/`` directory never are. A log entry naming a path
-outside the root makes vacuum refuse before it deletes anything.
+version, or if it was removed less than the retention ago. A change data file (``_change_data/``)
+counts as referenced while the commit naming it is in the log, its changes still readable. Only
+files below the table root are ever considered; hidden paths (``_delta_log/``, ``_txnlog/``, any
+``_``/``.`` name that is not a partition directory, ``_change_data/`` excepted) and the Iceberg
+``metadata/`` directory never are. A log entry naming a path outside the root makes vacuum
+refuse before it deletes anything.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, Retention
 from txnlog.maintenance import arguments, core, tags
 from txnlog.maintenance.deletes import Progress, delete_paths
 from txnlog.maintenance.layout import LogLayout
+from txnlog.write import CHANGE_DATA_DIR
 
 if TYPE_CHECKING:
     from txnlog import Table
@@ -69,6 +72,8 @@ def _hidden(path: str, partition_columns: frozenset[str]) -> bool:
     if len(parts) > 1 and parts[0] in _NEVER_TOP:
         return True
     for i, part in enumerate(parts):
+        if i == 0 and part == CHANGE_DATA_DIR and len(parts) > 1:
+            continue  # change data files are vacuumed like data files, as Delta does
         if part.startswith(("_", ".")):
             is_partition_dir = i < len(parts) - 1 and "=" in part and part.split("=", 1)[0] in partition_columns
             if not is_partition_dir:
@@ -84,6 +89,8 @@ def _protected(table: Table, *, horizon: int, progress: Progress | None) -> tupl
     layout = LogLayout.of(table.store)
     earliest = layout.earliest
     protected = set(core.referenced_paths(uri, snapshot.files(stats=False), version=snapshot.version))
+    if earliest in layout.listing.commits:  # its change data is still readable
+        protected.update(core.change_data_paths(uri, core.read_commit_files(table.store, [layout.listing.commits[earliest]])))
     if earliest < snapshot.version:
         protected.update(core.referenced_paths(uri, table.snapshot(earliest).files(stats=False), version=earliest))
         versions = range(earliest + 1, snapshot.version + 1)
@@ -91,6 +98,7 @@ def _protected(table: Table, *, horizon: int, progress: Progress | None) -> tupl
             batch = [layout.listing.commits[v] for v in versions[start : start + 1000]]
             for commit in core.read_commit_files(table.store, batch):
                 protected.update(core.referenced_paths(uri, core.added_files([commit]), version=commit.version))
+                protected.update(core.change_data_paths(uri, [commit]))
             if progress:
                 progress("reading the log", min(start + 1000, len(versions)), len(versions))
     for tag in tags.list_tags(table):

@@ -1,5 +1,18 @@
-"""Reading data files: rows with column mapping, partition values and deletion vectors applied."""
+"""Reading data files: rows with column mapping, partition values and deletion vectors applied;
+and the change data feed's rows."""
 
+from txnlog.read.changes import CHANGE_TYPE, CHANGE_TYPES, COMMIT_TIMESTAMP, COMMIT_VERSION, change_batches, change_schema
 from txnlog.read.files import BATCH_ROWS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
 
-__all__ = ["BATCH_ROWS", "ROW_COMMIT_VERSION", "ROW_ID", "ReadContext"]
+__all__ = [
+    "BATCH_ROWS",
+    "CHANGE_TYPE",
+    "CHANGE_TYPES",
+    "COMMIT_TIMESTAMP",
+    "COMMIT_VERSION",
+    "ROW_COMMIT_VERSION",
+    "ROW_ID",
+    "ReadContext",
+    "change_batches",
+    "change_schema",
+]

@@ -141,23 +141,31 @@ class ReadContext:
         row_index: str | None = None,
         row_id: str | None = None,
         row_commit_version: str | None = None,
+        file_columns: Sequence[pa.Field] = (),
     ) -> Iterator[pa.RecordBatch]:
         """The live rows of ``files`` (rows of ``Snapshot.files()``), file by file, as batches of
         :meth:`output_schema` ``(columns)``. ``row_filter`` (over logical names, reading
         ``filter_columns`` besides ``columns``) keeps only the rows where it is true.
 
-        Extra last columns (int64), each when named: ``row_index``, each row's physical position
-        in its file, the position a deletion vector names (what DML marks as deleted);
-        ``row_id`` and ``row_commit_version``, on a table with row tracking enabled, each row's
-        stable row id (its materialized row id, else the file's ``baseRowId`` + its position)
-        and row commit version (its materialized one, else the file's
-        ``defaultRowCommitVersion``)."""
+        Extra columns, after the table's, each when asked for: ``file_columns``, read as they
+        are named in each file (a change data file's ``_change_type``; nulls where a file lacks
+        one); then int64 ones: ``row_index``, each row's physical position in its file, the
+        position a deletion vector names (what DML marks as deleted); ``row_id`` and
+        ``row_commit_version``, on a table with row tracking enabled, each row's stable row id
+        (its materialized row id, else the file's ``baseRowId`` + its position) and row commit
+        version (its materialized one, else the file's ``defaultRowCommitVersion``)."""
         out_schema = self.output_schema(columns)
         wanted = [f.name for f in out_schema]
         extra = [f.name for f in self.output_schema(list(filter_columns)) if f.name not in wanted] if row_filter is not None else []
         read_schema = self.output_schema(wanted + extra)
         tracking = self._row_tracking(row_id, row_commit_version)
         taken = {f.name.lower() for f in self.schema}
+        for f in file_columns:
+            if f.name.lower() in taken:
+                raise InvalidArgumentError(f"file column {f.name!r} clashes with a column of table {self.table_uri}")
+            taken.add(f.name.lower())
+            read_schema = read_schema.append(f)
+            wanted = [*wanted, f.name]
         for option, name in (("row_index", row_index), ("row_id", row_id), ("row_commit_version", row_commit_version)):
             if name is None:
                 continue
@@ -174,6 +182,7 @@ class ReadContext:
         # The same for every file: each data column's physical field.
         data_fields = [f for f in self.schema if f.name in read_schema.names and f.name not in partitions.column_names]
         physical = dict(zip((f.name for f in data_fields), physical_schema(data_fields, self.table_configuration.is_column_mapped), strict=True))
+        physical.update({f.name: f for f in file_columns})
         paths = files.column("path").to_pylist()
         row_ids = tracking.of_files(files, self.table_uri) if tracking is not None else None
         for i, path in enumerate(paths):
@@ -190,6 +199,8 @@ class ReadContext:
     def read(self, files: pa.Table, **options: Any) -> pa.Table:
         """:meth:`batches` as one table."""
         schema = self.output_schema(options.get("columns"))
+        for f in options.get("file_columns", ()):
+            schema = schema.append(f)
         for option in ("row_index", "row_id", "row_commit_version"):
             if options.get(option) is not None:
                 schema = schema.append(pa.field(options[option], pa.int64(), nullable=False))

@@ -4,6 +4,7 @@
   session (the data source of :mod:`txnlog.spark.datasource`);
 - :func:`write` / :func:`write_files`: a DataFrame to a table, Parquet written by the executors;
 - :func:`read` / :func:`read_files`: a snapshot's live files as a DataFrame;
+- :func:`read_changes`: the change data feed between versions or timestamps;
 - :func:`files`: the live file list reconstructed on the executors, for tables whose list
   does not fit the driver;
 - :func:`transaction`: a context manager for PySpark jobs (read, write, delete, update,
@@ -13,6 +14,7 @@ Works with a classic SparkSession and over Spark Connect (public DataFrame APIs 
 Needs the `spark` extra (PySpark 4, pyroaring); executors need only txnlog, pyarrow and fsspec.
 """
 
+from txnlog.spark.changes import read_changes
 from txnlog.spark.common import SparkJobError, SparkWorkerPythonError
 from txnlog.spark.datasource import register
 from txnlog.spark.files import files
@@ -33,6 +35,7 @@ __all__ = [
     "merge",
     "optimize",
     "read",
+    "read_changes",
     "read_files",
     "register",
     "transaction",

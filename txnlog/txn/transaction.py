@@ -79,6 +79,14 @@ class CommitResult(int):
         return int(self)
 
 
+def _adds_change_data(files: FileActions) -> bool:
+    if files.add_bodies is not None:
+        return any(b.get("dataChange", True) is not False for b in files.add_bodies)
+    if files.adds is None or not files.adds.num_rows:
+        return False
+    return bool(pc.any(pc.fill_null(files.adds.column("data_change"), True)).as_py())
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -359,7 +367,7 @@ class OptimisticTransaction:
 
     # -- 4. validate: rules of this table's protocol ----------------------------------------
 
-    def _check_protocol_rules(self, config: TableConfiguration, removes: pa.Table) -> None:
+    def _check_protocol_rules(self, config: TableConfiguration, removes: pa.Table, adds_change_data: bool) -> None:
         config.check_writable(f"table {self.uri}")
         if (self._domains or config.row_tracking_supported) and not config.domain_metadata_supported:
             raise UnsupportedFeatureError(
@@ -374,10 +382,13 @@ class OptimisticTransaction:
                 f"{data_removes.column('path')[0].as_py()}",
                 rule="appendOnly",
             )
-        if data_removes.num_rows and config.change_data_feed_enabled and not self._cdc:
+        # A commit that only removes whole files needs no cdc files: a change reader reads its
+        # removed files' rows as deleted (the protocol's rule). One that also adds data may have
+        # rewritten rows (copied or updated), which only cdc files tell apart.
+        if data_removes.num_rows and adds_change_data and config.change_data_feed_enabled and not self._cdc:
             raise ProtocolViolationError(
                 f"table {self.uri} records change data ({props.ENABLE_CHANGE_DATA_FEED.key}=true): a commit that "
-                "removes data must also add cdc files (add_cdc_files)",
+                "removes data and adds data must also add cdc files (add_cdc_files); removing whole files needs none",
                 rule="changeDataFeed",
             )
 
@@ -530,7 +541,7 @@ class OptimisticTransaction:
         config = self.table_configuration
         files = self._staging().to_commit()
         removes = files.removes
-        self._check_protocol_rules(config, removes)
+        self._check_protocol_rules(config, removes, _adds_change_data(files))
         self._check_deletion_vectors(config, files)
         isolation = self._isolation(config, files)
         blind = self._is_blind_append(removes)

@@ -1,14 +1,17 @@
-"""Writing data files: Parquet in the table's layout, with per-file statistics.
+"""Writing data files: Parquet in the table's layout, with per-file statistics; and change
+data files for the change data feed.
 
 This ``__all__`` is what engines may use; the modules behind it are the core's own.
 """
 
+from txnlog.write.changes import CHANGE_DATA_DIR, write_change_files
 from txnlog.write.context import WriteContext, WrittenFiles
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows, union_rows, write_deletion_vectors
 from txnlog.write.parquet import write_data_files
 from txnlog.write.stats import StatsCollector, file_stats
 
 __all__ = [
+    "CHANGE_DATA_DIR",
     "RowDeletes",
     "StatsCollector",
     "WriteContext",
@@ -16,6 +19,7 @@ __all__ = [
     "delete_rows",
     "file_stats",
     "union_rows",
+    "write_change_files",
     "write_data_files",
     "write_deletion_vectors",
 ]

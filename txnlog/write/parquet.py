@@ -93,8 +93,10 @@ def write_data_files(
     file_prefix: str = "part",
     compression: str = "snappy",
     hidden_columns: Mapping[str, str] | None = None,
+    directory: str = "",
 ) -> list[AddFile]:
-    """Write ``data`` as Parquet data files under ``store``'s root; one AddFile per file.
+    """Write ``data`` as Parquet data files under ``store``'s root (in ``directory`` below it,
+    when given); one AddFile per file.
 
     The files are not part of the table until a commit adds them. ``target_file_size``
     defaults to the table's ``delta.targetFileSize``. ``hidden_columns`` maps data columns to
@@ -108,7 +110,7 @@ def write_data_files(
         pa.schema([reader.schema.field(i) for i in visible]), table_schema, partition_columns, configuration, target_file_size,
         hidden=list(hidden.values()),
     )
-    files = _FileSet(store, layout, target, data_change, file_prefix, compression)
+    files = _FileSet(store, layout, target, data_change, file_prefix, compression, directory)
     try:
         for batch in reader:
             if not batch.num_rows:
@@ -587,8 +589,11 @@ class _OpenFile:
 class _FileSet:
     """The files of one write call, at most one open per partition."""
 
-    def __init__(self, store: LogStore, layout: _Layout, target: int, data_change: bool, prefix: str, compression: str) -> None:
+    def __init__(
+        self, store: LogStore, layout: _Layout, target: int, data_change: bool, prefix: str, compression: str, directory: str = ""
+    ) -> None:
         self.store = store
+        self.directory = directory.strip("/")
         self.compression = compression
         self.layout = layout
         self.target = target
@@ -611,6 +616,10 @@ class _FileSet:
         return f.disk_bytes() + f.pending_bytes * self.ratio
 
     def _new_path(self, values: tuple[tuple[str | None, str], ...]) -> str:
+        path = self._path_in_table(values)
+        return f"{self.directory}/{path}" if self.directory else path
+
+    def _path_in_table(self, values: tuple[tuple[str | None, str], ...]) -> str:
         suffix = "" if self.compression == "none" else f".{self.compression}"
         name = f"{self.prefix}-{self.counter:05d}-{uuid.uuid4()}-c000{suffix}.parquet"
         self.counter += 1
