@@ -176,7 +176,7 @@ def _select(df: DataFrame, table_fields: list[dict[str, Any]], logical: StructTy
         if name.lower() in partition_set:
             columns.append(column(name).cast(by_name[name].dataType).alias(name))
         elif mapped:
-            physical = (field.get("metadata") or {}).get("delta.columnMapping.physicalName", name)
+            physical = snapshot.table_configuration.physical_name(name)
             columns.append(column(physical).cast(by_name[name].dataType).alias(name))
         else:
             columns.append(column(name).alias(name))
