@@ -9,6 +9,7 @@ derived from it, nothing above.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -36,6 +37,8 @@ T = TypeVar("T")
 
 #: Fresh listings of the log when files vanish under a read (a concurrent expiry).
 _RELISTS = 3
+# Files decoded at once by to_arrow / to_batches: Arrow's Parquet reader releases the GIL.
+READ_THREADS = max(2, min(8, os.cpu_count() or 2))
 
 
 def load_state(store: LogStore, version: int | None = None) -> TableState:
@@ -275,6 +278,7 @@ class Snapshot:
             files, columns=columns, store=self.store, batch_rows=batch_rows,
             row_filter=pred.rows() if pred is not None else None,
             filter_columns=pred.columns if pred is not None else (),
+            parallel=READ_THREADS,
             **tracking,
         )
         return pa.RecordBatchReader.from_batches(schema, batches)

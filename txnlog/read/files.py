@@ -17,8 +17,11 @@ opens the table's store itself and reads the files it is handed.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -142,6 +145,7 @@ class ReadContext:
         row_id: str | None = None,
         row_commit_version: str | None = None,
         file_columns: Sequence[pa.Field] = (),
+        parallel: int = 1,
     ) -> Iterator[pa.RecordBatch]:
         """The live rows of ``files`` (rows of ``Snapshot.files()``), file by file, as batches of
         :meth:`output_schema` ``(columns)``. ``row_filter`` (over logical names, reading
@@ -153,7 +157,8 @@ class ReadContext:
         position a deletion vector names (what DML marks as deleted); ``row_id`` and
         ``row_commit_version``, on a table with row tracking enabled, each row's stable row id
         (its materialized row id, else the file's ``baseRowId`` + its position) and row commit
-        version (its materialized one, else the file's ``defaultRowCommitVersion``)."""
+        version (its materialized one, else the file's ``defaultRowCommitVersion``).
+        ``parallel`` files are read at once (their batches still come in file order)."""
         out_schema = self.output_schema(columns)
         wanted = [f.name for f in out_schema]
         extra = [f.name for f in self.output_schema(list(filter_columns)) if f.name not in wanted] if row_filter is not None else []
@@ -185,16 +190,33 @@ class ReadContext:
         physical.update({f.name: f for f in file_columns})
         paths = files.column("path").to_pylist()
         row_ids = tracking.of_files(files, self.table_uri) if tracking is not None else None
-        for i, path in enumerate(paths):
+
+        def file_batches(i: int) -> Iterator[pa.RecordBatch]:
             constants = {name: partitions.column(name)[i] for name in partitions.column_names}
             positions = _Positions(row_index, tracking, row_ids[i] if row_ids is not None else None)
-            for batch in self._file_batches(store, path, read_schema, physical, constants, deleted[i], batch_rows, positions):
+            for batch in self._file_batches(store, paths[i], read_schema, physical, constants, deleted[i], batch_rows, positions):
                 if row_filter is not None:
                     rows = pa.Table.from_batches([batch])
                     batch = batch.filter(row_filter.mask(rows) if isinstance(row_filter, RowFilter) else evaluate(row_filter, rows))
                     if not batch.num_rows:
                         continue
                 yield batch.select(wanted) if extra else batch
+
+        if parallel <= 1 or len(paths) <= 1:
+            for i in range(len(paths)):
+                yield from file_batches(i)
+            return
+        # Up to ``parallel`` files are decoded at once (Arrow releases the GIL), their batches
+        # still yielded in file order; memory holds at most that many files' batches.
+        with ThreadPoolExecutor(parallel, thread_name_prefix="txnlog-read") as pool:
+            upcoming = iter(range(len(paths)))
+            pending = deque(pool.submit(lambda i: list(file_batches(i)), i) for i in islice(upcoming, parallel))
+            while pending:
+                done = pending.popleft().result()
+                following = next(upcoming, None)
+                if following is not None:
+                    pending.append(pool.submit(lambda i: list(file_batches(i)), following))
+                yield from done
 
     def read(self, files: pa.Table, **options: Any) -> pa.Table:
         """:meth:`batches` as one table."""
