@@ -229,3 +229,24 @@ def test_corpus_copy_reads_the_same_after_a_txnlog_append(conformance_dir: Path,
     got = table.changes(4)
     assert got.select(["id", "_change_type"]).to_pylist() == [{"id": 100, "_change_type": "insert"}]
     _same_as_deltalake(uri, table.changes(0), starting_version=0)
+
+
+def test_a_commit_that_only_grows_deletion_vectors_needs_no_change_files(tmp_table_uri: str) -> None:
+    """The protocol's removes-only case, as delta-spark's DELETE with deletion vectors: the log
+    tells the rows. Adding data besides still needs cdc files."""
+    from txnlog.write import delete_rows
+
+    table = _cdf_table(tmp_table_uri, {"delta.enableDeletionVectors": "true"})
+    with table.transaction("DELETE") as txn:
+        files = txn.filter_files("p = 'a'")
+        deletes = delete_rows(table.store, files, [pa.array([0], pa.int64())], txn.snapshot.read_context().deleted_rows(files))
+        txn.remove_files(deletes.removed)
+        txn.add_files(deletes.added)
+    assert not _cdc_version(tmp_table_uri, 3)
+    assert table.changes(3).select(["id", "_change_type"]).to_pylist() == [{"id": 1, "_change_type": "delete"}]
+    with pytest.raises(ProtocolViolationError, match="cdc files"), table.transaction("UPDATE") as txn:
+        files = txn.filter_files("p = 'a'")
+        deletes = delete_rows(table.store, files, [pa.array([1], pa.int64())], txn.snapshot.read_context().deleted_rows(files))
+        txn.remove_files(deletes.removed)
+        txn.add_files(deletes.added)
+        txn.write(pa.table({"id": [2], "p": ["a"], "v": ["y2"]}))

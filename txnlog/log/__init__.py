@@ -8,6 +8,7 @@ the CLI) may use; the modules behind it are the core's own (``tests/test_layers.
 
 from txnlog.log.actions import (
     Action,
+    AddCDCFile,
     AddFile,
     CommitInfo,
     DeletionVectorDescriptor,
@@ -42,6 +43,7 @@ from txnlog.log.table_state import TableState
 __all__ = [
     # actions
     "Action",
+    "AddCDCFile",
     "AddFile",
     "CommitInfo",
     "DeletionVectorDescriptor",

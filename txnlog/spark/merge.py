@@ -43,16 +43,19 @@ from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table
 from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters
 from txnlog.dml import assignments as _assignments
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
+from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error, quote_column
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
 from txnlog.spark.reader import ROW_INDEX_COLUMN, read_files
 from txnlog.spark.writer import (
+    ChangeRows,
     dropped_vectors,
     files_table,
     live_rows,
     positions_of,
     row_delete_metrics,
     stage_row_deletes,
+    tracks_row_ids,
     write_files,
 )
 
@@ -62,6 +65,7 @@ FILE_COLUMN = "__txnlog_file"
 SOURCE_ROW_COLUMN = "__txnlog_source_row"
 _TOUCHED = "__txnlog_touched"  # a matched target row this MERGE updates or deletes
 _DELETED = "__txnlog_deleted"
+_TARGET_ROW_ID = "__txnlog_row_id"
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,11 @@ def merge_into(
     inserts = _assignments("when_not_matched_insert", when_not_matched_insert, columns, source_columns)
     matched_clause = updates is not None or bool(when_matched_delete)
     spark_types = _spark_types(snapshot)
+    row_ids = tracks_row_ids(txn.table_configuration)
+    changes = ChangeRows(spark, txn)
+    # Rewritten rows carry their stable ids: copied rows both, updated rows the id alone (their
+    # commit version becomes this commit's), inserted rows neither.
+    new_ids = [F.lit(None).cast("long").alias(ROW_ID), F.lit(None).cast("long").alias(ROW_COMMIT_VERSION)] if row_ids else []
 
     started = time.monotonic()
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
@@ -164,7 +173,7 @@ def merge_into(
         if candidates.num_rows:
             # Not cached: each pass reads only the columns it needs, and the matched pairs
             # (few, and all that both passes need of the join) are cached instead.
-            target = _read_tagged(spark, snapshot, candidates).alias("t")
+            target = _read_tagged(spark, snapshot, candidates, with_row_ids=row_ids).alias("t")
             if when_matched_delete is True:
                 deleted = F.lit(True)
             elif when_matched_delete:
@@ -179,6 +188,11 @@ def merge_into(
                     for i, c in enumerate(columns)
                 ]
             keys = [F.col(f"t.{quote_column(t)}").alias(_key(i)) for i, (t, _) in enumerate(condition.pairs)]
+            if row_ids and updates is not None:
+                cells.append(F.col(f"t.{ROW_ID}").alias(_TARGET_ROW_ID))
+            old_cells = []
+            if changes.enabled and matched_clause:  # the pre-images and deleted rows of the change data
+                old_cells = [F.col(f"t.{quote_column(c)}").cast(spark_types[c]).alias(_old(i)) for i, c in enumerate(columns)]
             pairs = target.join(s, F.expr(condition.sql), "inner").select(
                 F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
                 F.col(f"t.{ROW_INDEX_COLUMN}").alias(ROW_INDEX_COLUMN),
@@ -187,24 +201,35 @@ def merge_into(
                 deleted.alias(_DELETED),
                 *keys,
                 *cells,
+                *old_cells,
             )
             matched = pairs.persist(StorageLevel.MEMORY_AND_DISK)
             cached.append(matched)
             if matched_clause:
                 paths, lists, updated_rows, deleted_rows = _touched_rows(txn.uri, matched, condition, check_duplicates=not unique_keys)
                 hit, positions = positions_of(candidates, paths, lists)
+            updated = matched.where(F.col(_TOUCHED) & ~F.col(_DELETED))
             if updates is not None and hit.num_rows:
-                outputs.append(matched.where(F.col(_TOUCHED) & ~F.col(_DELETED)).select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)]))
+                ids = [F.col(_TARGET_ROW_ID).alias(ROW_ID), new_ids[1]] if row_ids else []
+                outputs.append(updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)], *ids))
+                changes.require(lambda: updated.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "update_preimage")
+                changes.require(lambda: updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)]), "update_postimage")
+            if when_matched_delete and hit.num_rows:
+                removed_rows = matched.where(F.col(_DELETED))
+                changes.require(lambda: removed_rows.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "delete")
             if hit.num_rows and not merge_on_read:
                 # Copy-on-write: every other live row of a changed file is written again.
                 changed = matched.where(F.col(_TOUCHED)).select(FILE_COLUMN, ROW_INDEX_COLUMN)
-                kept = _read_tagged(spark, snapshot, hit).join(changed, on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti")
-                outputs.append(kept.select(*[F.col(quote_column(c)).cast(spark_types[c]).alias(c) for c in columns]))
+                kept = _read_tagged(spark, snapshot, hit, with_row_ids=row_ids).join(changed, on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti")
+                ids = [F.col(ROW_ID), F.col(ROW_COMMIT_VERSION)] if row_ids else []
+                outputs.append(kept.select(*[F.col(quote_column(c)).cast(spark_types[c]).alias(c) for c in columns], *ids))
             if inserts is not None:
                 new_rows = s.join(matched.select(SOURCE_ROW_COLUMN), on=SOURCE_ROW_COLUMN, how="left_anti").alias("s")
-                outputs.append(_insert_rows(new_rows, inserts, columns, spark_types))
+                inserted_rows = _insert_rows(new_rows, inserts, columns, spark_types)
+                outputs.append(inserted_rows.select("*", *new_ids))
+                changes.imply(lambda: inserted_rows, "insert")
         elif inserts is not None:
-            outputs.append(_insert_rows(s, inserts, columns, spark_types))
+            outputs.append(_insert_rows(s, inserts, columns, spark_types).select("*", *new_ids))
         scanned = time.monotonic()
 
         adds = []
@@ -212,9 +237,10 @@ def merge_into(
             out = outputs[0]
             for more in outputs[1:]:
                 out = out.unionByName(more)
-            adds = write_files(out, txn.write_context())
+            adds = write_files(out, txn.write_context(), preserve_row_ids=row_ids)
         if adds:
             txn.add_files(adds)
+        change_files = changes.stage()
         added = files_table(adds)
         written = live_rows(added)
         vectors = {"numDeletionVectorsAdded": 0, "numDeletionVectorsUpdated": 0, "numDeletionVectorsRemoved": 0}
@@ -252,7 +278,7 @@ def merge_into(
             "numTargetFilesScanned": metrics.target_files_scanned,
             "numTargetFilesRemoved": metrics.target_files_removed,
             "numTargetFilesAdded": metrics.target_files_added,
-            "numTargetChangeFilesAdded": 0,
+            "numTargetChangeFilesAdded": change_files,
             "numTargetBytesAdded": sum(a.size for a in adds),
             "numTargetBytesRemoved": int(pc.sum(removed.column("size")).as_py() or 0) if removed.num_rows else 0,
             "numTargetRowsUpdated": updated_rows,
@@ -292,6 +318,10 @@ def _insert_rows(rows: Any, inserts: Mapping[str, str], columns: Sequence[str], 
 
 def _cell(i: int) -> str:
     return f"__txnlog_c{i}"
+
+
+def _old(i: int) -> str:
+    return f"__txnlog_o{i}"
 
 
 def _key(i: int) -> str:
@@ -348,10 +378,11 @@ def _touched_rows(uri: str, matched: Any, condition: MergeCondition, *, check_du
     )
 
 
-def _read_tagged(spark: Any, snapshot: Snapshot, files: pa.Table) -> Any:
+def _read_tagged(spark: Any, snapshot: Snapshot, files: pa.Table, *, with_row_ids: bool = False) -> Any:
     """The rows of ``files`` (deletion vectors applied) with the file's log path in FILE_COLUMN
-    and each row's physical position in ROW_INDEX_COLUMN."""
-    rows = read_files(spark, snapshot, files, with_file_column=True, with_row_index=True)
+    and each row's physical position in ROW_INDEX_COLUMN (and, ``with_row_ids``, its stable id
+    and commit version)."""
+    rows = read_files(spark, snapshot, files, with_file_column=True, with_row_index=True, with_row_ids=with_row_ids)
     return rows.withColumnRenamed(READER_FILE_COLUMN, FILE_COLUMN)
 
 

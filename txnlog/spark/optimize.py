@@ -19,6 +19,9 @@ Deletion vectors: a file whose vector deletes more than ``max_deleted_rows_ratio
 whatever its size. ``purge_deletion_vectors=True`` (delta-spark's ``REORG TABLE ... APPLY
 (PURGE)``, recorded as a ``REORG`` commit) rewrites every file that has a vector and nothing
 else, leaving no vector in the table; the protocol keeps the ``deletionVectors`` feature.
+
+Row tracking: compacted rows are written with their stable row ids and commit versions in the
+table's materialized columns, so that ids survive the new files' new ``baseRowId``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumen
 from txnlog.file_facts import parse_stats
 from txnlog.spark.common import column
 from txnlog.spark.reader import read_files
-from txnlog.spark.writer import write_files
+from txnlog.spark.writer import tracks_row_ids, write_files
 
 log = logging.getLogger(__name__)
 
@@ -214,12 +217,14 @@ def optimize(
         )
         try:
             ctx = WriteContext.for_snapshot(snapshot, storage_options=table.storage_options, target_file_size=target)
-            df = read_files(spark, snapshot, inputs)
+            # Under row tracking, every row keeps its stable id and commit version.
+            row_ids = tracks_row_ids(snapshot.table_configuration)
+            df = read_files(spark, snapshot, inputs, with_row_ids=row_ids)
             # All rows of a partition in one task, so each comes back as files of about the
             # target size (not one file per input task).
             partition_columns = list(snapshot.partition_columns)
             df = df.repartition(len(bins), *[column(c) for c in partition_columns]) if partition_columns else df.coalesce(len(bins))
-            adds = write_files(df, ctx, target_file_size=target, data_change=False)
+            adds = write_files(df, ctx, target_file_size=target, data_change=False, preserve_row_ids=row_ids)
             txn.remove_files(inputs, data_change=False)
             txn.add_files(adds, data_change=False)
             txn.set_operation_metrics(

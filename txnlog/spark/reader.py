@@ -30,10 +30,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from txnlog import Table, Timestamp
-from txnlog.errors import TxnLogError
+from txnlog.errors import InvalidArgumentError, LogCorruptError, TxnLogError
 from txnlog.file_facts import parse_partition_values
 from txnlog.log import DeletionVectorError
 from txnlog.properties import PHYSICAL_NAME_KEY
+from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ _KEY = "_txnlog_key"
 _ROW = "_txnlog_row"
 _SPARK_PATH = "_txnlog_spark_path"
 _RAW_PATH = "_txnlog_raw_path"
+_BASE_ROW_ID = "_txnlog_base_row_id"
+_DEFAULT_VERSION = "_txnlog_default_row_commit_version"
 # ``scheme:///path`` and ``scheme:/path`` name the same file (an empty authority); Spark prints
 # a local file one way in ``inputFiles`` and the other in ``_metadata.file_path``.
 _EMPTY_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):///")
@@ -65,17 +68,20 @@ def read(
     storage_options: Mapping[str, Any] | None = None,
     *,
     allow_absolute_paths: bool = False,
+    with_row_ids: bool = False,
 ) -> DataFrame:
     """The table at ``uri`` (at ``version`` or as of ``timestamp``, else the latest) as a DataFrame.
 
     With a SQL ``predicate``, files that cannot hold a matching row (by partition values and
     min/max stats) are skipped before Spark sees them, and the rows are filtered by it.
     ``storage_options`` open the log; Spark reads the data files with its own filesystem
-    configuration for the table's scheme (``s3a``, ``abfss``, ``gs``).
+    configuration for the table's scheme (``s3a``, ``abfss``, ``gs``). ``with_row_ids`` (a
+    table with row tracking enabled) adds each row's stable ``row_id`` and its
+    ``row_commit_version``, as ``Snapshot.to_arrow(with_row_ids=True)`` gives them.
     """
     table = Table(uri, storage_options, allow_absolute_paths=allow_absolute_paths)
     snapshot = table.snapshot(version=version, timestamp=timestamp)
-    df = read_files(spark, snapshot, snapshot.files(predicate, stats=False))
+    df = read_files(spark, snapshot, snapshot.files(predicate, stats=False), with_row_ids=with_row_ids)
     if predicate is not None:
         df = df.filter(F.expr(predicate))
     return df
@@ -140,20 +146,33 @@ def _spark_paths(df: DataFrame, keys: list[str]) -> list[list[str]] | None:
 
 
 def read_files(
-    spark: SparkSession, snapshot: Snapshot, files: pa.Table, *, with_file_column: bool = False, with_row_index: bool = False
+    spark: SparkSession,
+    snapshot: Snapshot,
+    files: pa.Table,
+    *,
+    with_file_column: bool = False,
+    with_row_index: bool = False,
+    with_row_ids: bool = False,
 ) -> DataFrame:
     """The rows of ``files`` (rows of ``snapshot.files()``) as a DataFrame with the table's
     logical schema, deletion vectors applied. ``with_file_column`` adds :data:`FILE_COLUMN`, the
     ``add.path`` each row comes from (what copy-on-write rewrites need); ``with_row_index``
     adds :data:`ROW_INDEX_COLUMN`, its physical position in that file (what a deletion vector
-    names)."""
+    names); ``with_row_ids`` (row tracking enabled) adds ``row_id`` and ``row_commit_version``:
+    the materialized values where a file holds them, else the file's ``baseRowId`` + position
+    and its ``defaultRowCommitVersion`` (what a rewrite passes to ``preserve_row_ids``)."""
 
     table_fields, file_schema_json = _file_schema(snapshot)
+    tracking = _row_tracking_columns(snapshot, files) if with_row_ids else None
+    if tracking is not None:  # the hidden columns, null in files that lack them
+        file_schema_json["fields"] += [{"name": c, "type": "long", "nullable": True, "metadata": {}} for c in tracking]
     logical = spark_schema_of(orjson.dumps({"type": "struct", "fields": table_fields}).decode())
     file_schema = spark_schema_of(orjson.dumps(file_schema_json).decode())
     extra_fields = [StructField(FILE_COLUMN, StringType())] if with_file_column else []
     if with_row_index:
         extra_fields.append(StructField(ROW_INDEX_COLUMN, LongType()))
+    if with_row_ids:
+        extra_fields += [StructField(ROW_ID, LongType()), StructField(ROW_COMMIT_VERSION, LongType())]
     out_schema = StructType([*logical.fields, *extra_fields])
     if files.num_rows == 0:
         return spark.createDataFrame([], out_schema)
@@ -167,19 +186,22 @@ def read_files(
     except TxnLogError as e:
         raise DeletionVectorError(f"cannot apply the deletion vectors of table {snapshot.uri}: {e}") from e
     partitions = list(snapshot.partition_columns)
-    need_join = bool(partitions) or deleted is not None or with_file_column or with_row_index
+    need_join = bool(partitions) or deleted is not None or with_file_column or with_row_index or with_row_ids
 
     df = spark.read.schema(file_schema).parquet(*[hadoop_path(u) for u in sorted(set(uris))])
     physical = {f["name"]: (f.get("metadata") or {}).get(_MAPPING_NAME, f["name"]) for f in table_fields}
     mapped = snapshot.table_configuration.is_column_mapped
     if need_join:
         file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path")})
+        if with_row_ids:
+            file_rows = file_rows.append_column(_BASE_ROW_ID, files.column("base_row_id").cast(pa.int64()))
+            file_rows = file_rows.append_column(_DEFAULT_VERSION, files.column("default_row_commit_version").cast(pa.int64()))
         if partitions:
             values = parse_partition_values(files, snapshot.schema, partitions, snapshot.configuration)
             for name in values.column_names:
                 file_rows = file_rows.append_column(name, values.column(name))
         spark_paths = _spark_paths(df, keys)
-        extra = [F.col("_metadata.row_index").alias(_ROW)] if (deleted is not None or with_row_index) else []
+        extra = [F.col("_metadata.row_index").alias(_ROW)] if (deleted is not None or with_row_index or with_row_ids) else []
         if spark_paths is None:  # never seen: Spark lists a file under a name txnlog cannot map
             df = df.select("*", *extra, spark_path_key(F.col("_metadata.file_path")).alias(_KEY))
             df = df.join(F.broadcast(spark.createDataFrame(file_rows)), on=_KEY, how="inner")
@@ -209,7 +231,33 @@ def read_files(
         columns.append(F.col(FILE_COLUMN))
     if with_row_index:
         columns.append(F.col(_ROW).alias(ROW_INDEX_COLUMN))
+    if tracking is not None:
+        id_column, version_column = (column(c) for c in tracking)
+        columns.append(F.coalesce(id_column, F.col(_BASE_ROW_ID) + F.col(_ROW)).alias(ROW_ID))
+        columns.append(F.coalesce(version_column, F.col(_DEFAULT_VERSION)).alias(ROW_COMMIT_VERSION))
     return df.select(*columns)
+
+
+def _row_tracking_columns(snapshot: Snapshot, files: pa.Table) -> tuple[str, str]:
+    """The materialized row-id and row-commit-version columns of the table, after checking that
+    its rows have stable ids: row tracking enabled, every file with its ``baseRowId`` and
+    ``defaultRowCommitVersion``."""
+    config = snapshot.table_configuration
+    id_column, version_column = config.materialized_row_id_column, config.materialized_row_commit_version_column
+    if not config.row_tracking_enabled or not id_column or not version_column:
+        raise InvalidArgumentError(
+            f"table {snapshot.uri} does not have row tracking enabled (delta.enableRowTracking): its rows have no stable ids"
+        )
+    taken = {f.name.lower() for f in snapshot.schema}
+    for name in (ROW_ID, ROW_COMMIT_VERSION):
+        if name in taken:
+            raise InvalidArgumentError(f"with_row_ids: table {snapshot.uri} has a column {name!r} of its own")
+    for name, field in (("baseRowId", "base_row_id"), ("defaultRowCommitVersion", "default_row_commit_version")):
+        missing = files.filter(files.column(field).is_null()) if files.num_rows else files
+        if missing.num_rows:
+            path = missing.column("path")[0].as_py()
+            raise LogCorruptError(f"data file {path} of table {snapshot.uri} has no {name}, yet the table has row tracking enabled")
+    return id_column, version_column
 
 
 __all__ = ["FILE_COLUMN", "ROW_INDEX_COLUMN", "read", "read_files"]

@@ -20,9 +20,11 @@ from pyspark.sql import functions as F
 
 from txnlog import AddFile, CommitResult, IsolationLevel, OptimisticTransaction, Table
 from txnlog.errors import FileNotLiveError, InvalidArgumentError, InvalidArgumentTypeError, TransactionError
+from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import column, require_dataframe
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import (
+    ChangeRows,
     check_schema,
     dropped_vectors,
     files_table,
@@ -32,6 +34,7 @@ from txnlog.spark.writer import (
     remove_where,
     row_delete_metrics,
     stage_row_deletes,
+    tracks_row_ids,
     write_files,
 )
 
@@ -53,6 +56,8 @@ class SparkTransaction:
         self._view: pa.Table | None = None
         self._predicates: list[str] = []
         self._metrics: dict[str, int] = {}
+        # The commit's change data (tables with the change data feed enabled).
+        self._changes = ChangeRows(spark, txn)
 
     @property
     def snapshot(self) -> Snapshot:
@@ -126,11 +131,19 @@ class SparkTransaction:
         self._count({"numAddedFiles": len(adds)})
         return adds
 
-    def _write(self, df: DataFrame, data_change: bool = True) -> list[AddFile]:
-        adds = write_files(df, self.txn.write_context(), data_change=data_change)
+    def _write(self, df: DataFrame, data_change: bool = True, *, inserted: bool = True, preserve_row_ids: bool = False) -> list[AddFile]:
+        adds = write_files(df, self.txn.write_context(), data_change=data_change, preserve_row_ids=preserve_row_ids)
         self.txn.add_files(adds, data_change=data_change)
         self._staged(added=adds)
+        if inserted and data_change:
+            self._changes.imply_files(files_table(adds), "insert")
         return adds
+
+    def _finish(self) -> None:
+        """Before the commit: write the change data files the staged changes need."""
+        written = self._changes.stage()
+        if written:
+            self._count({"numAddedChangeFiles": written})
 
     def write(self, df: DataFrame) -> list[AddFile]:
         """Append ``df``'s rows."""
@@ -140,6 +153,8 @@ class SparkTransaction:
         """Stage files already written under the table root (``AddFile`` records or a file table)."""
         if isinstance(add_files, pa.Table):
             self.txn.add_files(add_files, data_change=data_change)
+            if data_change:
+                self._changes.imply_files(add_files, "insert")
             self._view = None if self._view is None else pa.concat_tables(
                 [self._view, add_files.select([c for c in self._view.column_names if c in add_files.column_names])], promote_options="default"
             )
@@ -148,6 +163,8 @@ class SparkTransaction:
         adds = list(add_files)
         self.txn.add_files(adds, data_change=data_change)
         self._staged(added=adds)
+        if data_change:
+            self._changes.imply_files(files_table(adds), "insert")
         self._count({"numAddedFiles": len(adds)})
 
     def remove(self, files: pa.Table | Iterable[str] | Iterable[AddFile], data_change: bool = True) -> None:
@@ -155,6 +172,8 @@ class SparkTransaction:
         ``add.path`` strings (FileNotLiveError names a path that is not live)."""
         if isinstance(files, pa.Table):
             self.txn.remove_files(files, data_change=data_change)
+            if data_change:
+                self._changes.imply_files(files, "delete")
             self._staged(removed=files)
             self._count({"numRemovedFiles": files.num_rows})
             return
@@ -164,6 +183,8 @@ class SparkTransaction:
         if all(isinstance(f, AddFile) for f in items):
             adds = [f for f in items if isinstance(f, AddFile)]
             self.txn.remove_files(adds, data_change=data_change)
+            if data_change:
+                self._changes.imply_files(files_table(adds), "delete")
             self._staged(removed=files_table(adds))
             self._count({"numRemovedFiles": len(adds)})
             return
@@ -176,6 +197,8 @@ class SparkTransaction:
             if path not in found:
                 raise FileNotLiveError(f"file {path!r} is not live in table {self.snapshot.uri} at version {self.snapshot.version}", path=str(path))
         self.txn.remove_files(chosen, data_change=data_change)
+        if data_change:
+            self._changes.imply_files(chosen, "delete")
         self._staged(removed=chosen)
         self._count({"numRemovedFiles": chosen.num_rows})
 
@@ -187,7 +210,7 @@ class SparkTransaction:
         file whose vector grew counts: its old entry is replaced)."""
         started = time.monotonic()
         self._record_predicate(predicate)
-        removal = remove_where(self.spark, self.txn, predicate, files=self._live())
+        removal = remove_where(self.spark, self.txn, predicate, files=self._live(), changes=self._changes)
         self._staged(removal.removed, removal.added)
         self._count({**removal.metrics, "executionTimeMs": _elapsed_ms(started)})
         return int(removal.removed.num_rows)
@@ -219,26 +242,36 @@ class SparkTransaction:
         if hit.num_rows == 0:
             self._count({"numUpdatedRows": 0, "numCopiedRows": 0, "executionTimeMs": _elapsed_ms(started)})
             return 0
-        source = read_files(self.spark, snapshot, hit)
+        row_ids = tracks_row_ids(self.txn.table_configuration)
+        source = read_files(self.spark, snapshot, hit, with_row_ids=row_ids)
         types = {f.name: f.dataType for f in source.schema.fields}
+        table_columns = [f.name for f in snapshot.schema]
+        # An updated row keeps its stable id; its commit version becomes this commit's.
+        new_version = F.lit(None).cast("long").alias(ROW_COMMIT_VERSION)
 
         def new_value(c: str, condition: Any) -> Any:
             value = F.expr(new_values[c]).cast(types[c])
             return (F.when(condition, value).otherwise(column(c)) if condition is not None else value).alias(c)
 
+        new_rows = source.filter(matches).select(
+            *[new_value(c, None) if c in new_values else column(c) for c in table_columns], *([column(ROW_ID), new_version] if row_ids else [])
+        )
+        self._changes.require(lambda: source.filter(matches), "update_preimage")
+        self._changes.require(lambda: new_rows, "update_postimage")
         if merge_on_read:
-            updated = source.filter(matches).select(*[new_value(c, None) if c in new_values else column(c) for c in source.columns])
-            adds = self._write(updated)  # only the new versions of the updated rows
+            # only the new versions of the updated rows
+            adds = self._write(new_rows, inserted=False, preserve_row_ids=row_ids)
             deletes = stage_row_deletes(self.txn, snapshot, hit, positions)
             self._staged(deletes.removed, deletes.added)
             metrics = row_delete_metrics(deletes)
             metrics["numUpdatedRows"] = metrics.pop("numDeletedRows")
             removed = deletes.removed
         else:
-            rewritten = source.select(*[new_value(c, matches) if c in new_values else column(c) for c in source.columns])
+            versions = [column(ROW_ID), F.when(matches, F.lit(None).cast("long")).otherwise(column(ROW_COMMIT_VERSION)).alias(ROW_COMMIT_VERSION)]
+            rewritten = source.select(*[new_value(c, matches) if c in new_values else column(c) for c in table_columns], *(versions if row_ids else []))
             self.txn.remove_files(hit)
             self._staged(removed=hit)
-            adds = self._write(rewritten)
+            adds = self._write(rewritten, inserted=False, preserve_row_ids=row_ids)
             written = live_rows(files_table(adds))
             metrics = {
                 "numRemovedFiles": hit.num_rows,
@@ -255,7 +288,7 @@ class SparkTransaction:
             **metrics,
             "numAddedFiles": len(adds),
             "numAddedBytes": sum(a.size for a in adds),
-            "numAddedChangeFiles": 0,
+            "numAddedChangeFiles": 0,  # counted when written, before the commit
             "scanTimeMs": _elapsed_ms(started, scanned),
             "rewriteTimeMs": _elapsed_ms(scanned),
             "executionTimeMs": _elapsed_ms(started),
@@ -272,15 +305,17 @@ class SparkTransaction:
             self.txn.read_whole_table()
             removed, added = self._live(), list[AddFile]()
             self.txn.remove_files(removed)
+            self._changes.imply_files(removed, "delete")
             files_metrics = {"numRemovedFiles": removed.num_rows}
         else:
-            removal = remove_where(self.spark, self.txn, predicate, ctx=ctx, files=self._live())
+            removal = remove_where(self.spark, self.txn, predicate, ctx=ctx, files=self._live(), changes=self._changes)
             removed, added = removal.removed, removal.added
             files_metrics = {k: removal.metrics.get(k, 0) for k in ("numRemovedFiles", "numAddedFiles")}
         self._staged(removed, added)
         adds = write_files(df, ctx, require=predicate)
         self.txn.add_files(adds)
         self._staged(added=adds)
+        self._changes.imply_files(files_table(adds), "insert")
         files_metrics["numAddedFiles"] = files_metrics.get("numAddedFiles", 0) + len(adds)
         self._count(files_metrics)
         return adds
@@ -303,7 +338,9 @@ def transaction(
     table = Table(uri, storage_options)
     txn = table.transaction(operation, isolation)
     with txn:
-        yield SparkTransaction(spark, txn)
+        spark_txn = SparkTransaction(spark, txn)
+        yield spark_txn
+        spark_txn._finish()
 
 
 __all__ = ["SparkTransaction", "transaction"]

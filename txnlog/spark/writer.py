@@ -15,6 +15,7 @@ rows), so the same code runs on a classic session, a cluster and over Spark Conn
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,15 +26,17 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
+from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table, TableConfiguration, WriteContext
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError, SchemaError, TableAlreadyExistsError, TxnLogError
 from txnlog.expressions import FilePredicate
 from txnlog.file_facts import num_records
-from txnlog.log import FILES_SCHEMA, decode_action, encode_action, table_from_log_dicts
+from txnlog.log import FILES_SCHEMA, AddCDCFile, decode_action, encode_action, table_from_log_dicts
+from txnlog.read import CHANGE_TYPE, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.schema import arrow_to_delta_schema
 from txnlog.spark.common import (
     SPARK_FAILURES,
     arrow_schema_of_struct,
+    column,
     decode_error,
     delta_schema_of,
     encode_error,
@@ -41,7 +44,7 @@ from txnlog.spark.common import (
     require_dataframe,
 )
 from txnlog.spark.reader import FILE_COLUMN, ROW_INDEX_COLUMN, read_files
-from txnlog.write import RowDeletes, delete_rows
+from txnlog.write import RowDeletes, delete_rows, write_change_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,26 +59,47 @@ _RESULT_SCHEMA = pa.schema([("add", pa.string()), ("error", pa.string())])
 class _WriteTask:
     """The function each ``mapInArrow`` task runs: write its rows, yield its file rows.
 
+    ``change_files``: the rows are change rows (the table's columns and ``_change_type``),
+    written by ``write_change_files`` as ``cdc`` files under ``_change_data/``; else they are
+    data rows, written by ``WriteContext.write`` (with ``preserve_row_ids``, their ``row_id`` and
+    ``row_commit_version`` go to the table's materialized columns).
+
     A txnlog error (schema, constraint, replaceWhere condition) comes back as a row rather than
     a task failure, so the driver raises it as the same txnlog error class; the failing task's
-    own files are deleted by ``WriteContext.write``.
+    own files are deleted by the writer.
     """
 
-    def __init__(self, ctx: WriteContext, data_change: bool, require: str | None, column_names: Sequence[str]) -> None:
+    def __init__(
+        self,
+        ctx: WriteContext,
+        data_change: bool,
+        require: str | None,
+        column_names: Sequence[str],
+        *,
+        change_files: bool = False,
+        preserve_row_ids: bool = False,
+    ) -> None:
         self.ctx = ctx
         self.data_change = data_change
         self.require = require
         self.column_names = list(column_names)
+        self.change_files = change_files
+        self.preserve_row_ids = preserve_row_ids
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
             named = self._named(batches)
             source = check_rows(self.ctx, self.require, named) if self.require is not None else named
-            written = self.ctx.write(source, data_change=self.data_change)
+            if self.change_files:
+                first = next(source, None)  # a task without rows writes no change file
+                changes = write_change_files(self.ctx, itertools.chain([first], source)) if first is not None else []
+                rows = [orjson.dumps(encode_action(c)["cdc"]).decode() for c in changes]
+            else:
+                written = self.ctx.write(source, data_change=self.data_change, preserve_row_ids=self.preserve_row_ids)
+                rows = [orjson.dumps(encode_action(a)["add"]).decode() for a in written.add_files]
         except TxnLogError as e:
             yield pa.RecordBatch.from_pydict({"add": [None], "error": [encode_error(e)]}, schema=_RESULT_SCHEMA)
             return
-        rows = [orjson.dumps(encode_action(a)["add"]).decode() for a in written.add_files]
         yield pa.RecordBatch.from_pydict({"add": rows, "error": [None] * len(rows)}, schema=_RESULT_SCHEMA)
 
     def _named(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -83,7 +107,6 @@ class _WriteTask:
         for batch in batches:
             schema = pa.schema([f.with_name(n) for f, n in zip(batch.schema, self.column_names)])
             yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
-
 
 
 def check_rows(ctx: WriteContext, condition: str, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -113,6 +136,7 @@ def write_files(
     target_file_size: int | None = None,
     data_change: bool = True,
     require: str | None = None,
+    preserve_row_ids: bool = False,
 ) -> list[AddFile]:
     """Write ``df`` as data files of the table ``ctx`` describes, on the executors; the files'
     ``AddFile`` records, not yet committed.
@@ -120,7 +144,10 @@ def write_files(
     ``partition_by`` defaults to the table's partition columns: rows are repartitioned by them
     first so each task writes few files per partition. ``target_file_size`` (bytes) overrides
     the table's. ``require``: a SQL condition every row must satisfy (replaceWhere), else
-    ProtocolViolationError. The DataFrame's schema is checked against the table's before any
+    ProtocolViolationError. ``preserve_row_ids`` (row tracking enabled): ``df``'s ``row_id``
+    and ``row_commit_version`` columns (as ``read_files(..., with_row_ids=True)`` gives them;
+    null for "a new one") are written to the table's materialized columns, so rewritten rows
+    keep their stable ids. The DataFrame's schema is checked against the table's before any
     task starts (SchemaError naming the column).
     """
     require_dataframe(df)
@@ -128,7 +155,38 @@ def write_files(
         if target_file_size <= 0:
             raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
         ctx = dataclasses.replace(ctx, target_file_size=int(target_file_size))
-    check_schema(df, ctx)
+    check_schema(df, ctx, extra=(ROW_ID, ROW_COMMIT_VERSION) if preserve_row_ids else ())
+    task = _WriteTask(ctx, data_change, require, list(df.columns), preserve_row_ids=preserve_row_ids)
+    rows = _run_tasks(df, ctx, task, partition_by, f"the Spark job writing data files of table {ctx.table_uri}", "data")
+    out: list[AddFile] = []
+    for text in rows:
+        action = decode_action("add", orjson.loads(text), path="<spark task result>")
+        assert isinstance(action, AddFile)
+        out.append(action)
+    return out
+
+
+def write_change_rows(df: DataFrame, ctx: WriteContext) -> list[AddCDCFile]:
+    """Write ``df`` (the table's columns and ``_change_type``) as change data files of the table
+    ``ctx`` describes, on the executors, each task through ``txnlog.write.write_change_files``:
+    ``cdc-*.parquet`` under ``_change_data/``, partitioned like the table. Their ``cdc`` actions,
+    for ``txn.add_cdc_files``."""
+    require_dataframe(df)
+    check_schema(df, ctx, extra=(CHANGE_TYPE,))
+    task = _WriteTask(ctx, False, None, list(df.columns), change_files=True)
+    rows = _run_tasks(df, ctx, task, None, f"the Spark job writing change data files of table {ctx.table_uri}", "change data")
+    out: list[AddCDCFile] = []
+    for text in rows:
+        action = decode_action("cdc", orjson.loads(text), path="<spark task result>")
+        assert isinstance(action, AddCDCFile)
+        out.append(action)
+    return out
+
+
+def _run_tasks(df: DataFrame, ctx: WriteContext, task: _WriteTask, partition_by: Sequence[str] | None, job: str, kind: str) -> list[str]:
+    """Run ``task`` over ``df``'s rows, repartitioned by ``partition_by`` (default: the table's
+    partition columns); the JSON action bodies the tasks return, or the first task's txnlog
+    error raised."""
     names = list(df.columns)
     # mapInArrow and repartition look columns up by name, and a name such as "a.b" reads as a
     # path into a struct there: the rows travel under positional names, renamed back in the task.
@@ -142,8 +200,6 @@ def write_files(
         if key is None:
             raise SchemaError(f"partition column '{c}' is not a column of the DataFrame", field=c)
         keys.append(key)
-    task = _WriteTask(ctx, data_change, require, names)
-    job = f"the Spark job writing data files of table {ctx.table_uri}"
     try:
         rows_df = df.toDF(*positional)
         if keys:
@@ -154,25 +210,24 @@ def write_files(
         # worker Python without txnlog...).
         raise job_error(e, job) from e
     errors = [r["error"] for r in rows if r["error"] is not None]
-    adds = [r["add"] for r in rows if r["add"] is not None]
+    written = [r["add"] for r in rows if r["add"] is not None]
     if errors:
         error = decode_error(errors[0])
-        if adds:
-            error.add_note(f"txnlog: {len(adds)} data file(s) other tasks wrote are left uncommitted for vacuum")
+        if written:
+            error.add_note(f"txnlog: {len(written)} {kind} file(s) other tasks wrote are left uncommitted for vacuum")
         raise error
-    out: list[AddFile] = []
-    for text in adds:
-        action = decode_action("add", orjson.loads(text), path="<spark task result>")
-        assert isinstance(action, AddFile)
-        out.append(action)
-    return out
+    return written
 
 
-def check_schema(df: DataFrame | StructType, ctx: WriteContext) -> None:
+def check_schema(df: DataFrame | StructType, ctx: WriteContext, *, extra: Sequence[str] = ()) -> None:
     """SchemaError naming the column unless ``df``'s columns and types fit the table: the same
     check the executors make, done once on the driver before any file is written. ``df`` may be
-    the DataFrame's schema alone (a data source's writer has no DataFrame)."""
-    ctx.check_schema(arrow_schema_of_struct(df if isinstance(df, StructType) else df.schema))
+    the DataFrame's schema alone (a data source's writer has no DataFrame). Columns named in
+    ``extra`` (row ids, ``_change_type``) are the writer's own and left out of the check."""
+    schema = arrow_schema_of_struct(df if isinstance(df, StructType) else df.schema)
+    if extra:
+        schema = pa.schema([f for f in schema if f.name not in extra])
+    ctx.check_schema(schema)
 
 
 def _add_columns(snapshot_schema: pa.Schema, df_schema: pa.Schema) -> pa.Schema | None:
@@ -275,6 +330,65 @@ def _delete_metrics(
     return metrics
 
 
+def tracks_row_ids(config: TableConfiguration) -> bool:
+    """Whether rewrites of the table must carry each row's stable id and commit version into
+    the materialized columns (row tracking enabled, with their names set)."""
+    return bool(config.row_tracking_enabled and config.materialized_row_id_column and config.materialized_row_commit_version_column)
+
+
+class ChangeRows:
+    """The change data of one commit on a table with the change data feed enabled
+    (``delta.enableChangeDataFeed``), written as ``cdc`` files when the commit needs them.
+
+    A change reader takes a version's cdc files *instead of* its adds and removes, so a commit
+    with any cdc file must hold all of its changes in them. :meth:`require` takes rows only cdc
+    files can tell (deleted rows next to copied ones, update pre- and post-images): the commit
+    gets cdc files. :meth:`imply` takes rows the log already tells (appended files as inserts,
+    whole files removed and rows a deletion vector deletes as deletes): written only when the
+    commit gets cdc files anyway. Nothing is recorded on a table without the feed. Each entry
+    is a function making the DataFrame (the table's columns): those never needed are never
+    planned."""
+
+    def __init__(self, spark: SparkSession, txn: OptimisticTransaction) -> None:
+        self.spark = spark
+        self.txn = txn
+        self.enabled = txn.table_configuration.change_data_feed_enabled
+        self._required: list[Callable[[], DataFrame]] = []
+        self._implied: list[Callable[[], DataFrame]] = []
+
+    def require(self, rows: Callable[[], DataFrame], change_type: str) -> None:
+        if self.enabled:
+            self._required.append(lambda: self._typed(rows(), change_type))
+
+    def imply(self, rows: Callable[[], DataFrame], change_type: str) -> None:
+        if self.enabled:
+            self._implied.append(lambda: self._typed(rows(), change_type))
+
+    def imply_files(self, files: pa.Table, change_type: str) -> None:
+        """Every live row of ``files`` (of the snapshot, or staged adds) as ``change_type``."""
+        snapshot = self.txn.snapshot
+        if self.enabled and files.num_rows and snapshot is not None:  # a new table's first commit only adds
+            self.imply(lambda: read_files(self.spark, snapshot, files), change_type)
+
+    def _typed(self, df: DataFrame, change_type: str) -> DataFrame:
+        names = [f.name for f in self.txn.metadata.schema]
+        return df.select(*[column(c) for c in names], F.lit(change_type).alias(CHANGE_TYPE))
+
+    def stage(self, ctx: WriteContext | None = None) -> int:
+        """Write the change rows as cdc files and stage them in the transaction, if any row
+        requires them; the number of cdc files."""
+        if not self._required:
+            return 0
+        frames = [make() for make in [*self._required, *self._implied]]
+        self._required, self._implied = [], []
+        df = frames[0]
+        for more in frames[1:]:
+            df = df.unionByName(more)
+        cdc = write_change_rows(df, ctx or self.txn.write_context())
+        self.txn.add_cdc_files(cdc)
+        return len(cdc)
+
+
 def remove_where(
     spark: SparkSession,
     txn: OptimisticTransaction,
@@ -282,19 +396,24 @@ def remove_where(
     *,
     ctx: WriteContext | None = None,
     files: pa.Table | None = None,
+    changes: ChangeRows | None = None,
 ) -> RowRemoval:
     """Stage the removal of every row matching ``predicate``, recording the read.
 
     Files whose partition values alone decide the predicate are removed whole. Otherwise, on a
     table with deletion vectors enabled, the matching rows of each file are marked in its
     vector (no data file is written); without them (copy-on-write), a file holding a matching
-    row is rewritten without the matching ones. ``files``: the live files as the transaction
-    sees them so far (the snapshot's, by default).
+    row is rewritten without the matching ones (keeping the copied rows' stable ids under row
+    tracking). ``files``: the live files as the transaction sees them so far (the snapshot's,
+    by default). ``changes``: where the commit's change rows are recorded (the deleted rows);
+    without it, they are written here when the table has the change data feed enabled.
     """
     snapshot = txn.snapshot
     empty = FILES_SCHEMA.empty_table()
     if snapshot is None:
         return RowRemoval(empty, empty, {})
+    own_changes = changes is None
+    changes = changes if changes is not None else ChangeRows(spark, txn)
     candidates = txn.filter_files(predicate)  # records the read
     if files is not None:
         candidates = snapshot.predicate(predicate).filter(files)
@@ -302,22 +421,30 @@ def remove_where(
         return RowRemoval(candidates, empty, _delete_metrics(removed_files=empty, added_files=empty, deleted=0, copied=0))
     if snapshot.predicate(predicate).matches_partition_only():
         txn.remove_files(candidates)
+        changes.imply_files(candidates, "delete")
         metrics = _delete_metrics(removed_files=candidates, added_files=empty, deleted=live_rows(candidates), copied=0)
         return RowRemoval(candidates, empty, metrics)
     matches = F.coalesce(F.expr(predicate), F.lit(False))
     if txn.table_configuration.deletion_vectors_enabled:
         hit, positions = matching_positions(spark, snapshot, candidates, matches)
         deletes = stage_row_deletes(txn, snapshot, hit, positions)
+        # The log tells these rows: the file's vector grew (delta-spark writes no cdc file either).
+        changes.imply(lambda: read_files(spark, snapshot, hit).filter(matches), "delete")
         return RowRemoval(deletes.removed, deletes.added, row_delete_metrics(deletes))
     hit, deleted = matching_files(spark, snapshot, candidates, matches)
     if hit.num_rows == 0:
         return RowRemoval(hit, empty, _delete_metrics(removed_files=empty, added_files=empty, deleted=0, copied=0))
-    kept = read_files(spark, snapshot, hit).filter(~matches)
-    added = files_table(write_files(kept, ctx or txn.write_context()))
+    row_ids = tracks_row_ids(txn.table_configuration)
+    kept = read_files(spark, snapshot, hit, with_row_ids=row_ids).filter(~matches)
+    ctx = ctx or txn.write_context()
+    added = files_table(write_files(kept, ctx, preserve_row_ids=row_ids))
     txn.add_files(added)
     txn.remove_files(hit)
+    changes.require(lambda: read_files(spark, snapshot, hit).filter(matches), "delete")
     metrics = _delete_metrics(removed_files=hit, added_files=added, deleted=deleted, copied=live_rows(added))
     metrics["numDeletionVectorsRemoved"] = dropped_vectors(hit)
+    if own_changes:
+        metrics["numAddedChangeFiles"] = changes.stage(ctx)
     return RowRemoval(hit, added, metrics)
 
 
@@ -434,9 +561,12 @@ def write(
         check_schema(df, ctx)  # before any file is written, the rewrite of replace_where's too
         adds = write_files(df, ctx, target_file_size=target_file_size, require=replace_where)
         spark = df.sparkSession
+        changes = ChangeRows(spark, txn)
         if not stage_write(txn, mode, replace_where, adds, app_id,
-                           remove_matching=lambda t, where: remove_where(spark, t, where, ctx=ctx).removed.num_rows):
+                           remove_matching=lambda t, where: remove_where(spark, t, where, ctx=ctx, changes=changes).removed.num_rows):
             return None
+        changes.imply_files(files_table(adds), "insert")
+        changes.stage(ctx)
     return txn.result
 
 
@@ -492,6 +622,7 @@ def changes_nothing(txn: OptimisticTransaction, adds: Sequence[AddFile], removed
 
 __all__ = [
     "MODES",
+    "ChangeRows",
     "RowRemoval",
     "changes_nothing",
     "check_rows",
@@ -510,7 +641,9 @@ __all__ = [
     "stage_row_deletes",
     "stage_write",
     "start_write",
+    "tracks_row_ids",
     "write",
+    "write_change_rows",
     "write_files",
     "write_parameters",
 ]

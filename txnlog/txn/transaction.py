@@ -80,11 +80,20 @@ class CommitResult(int):
 
 
 def _adds_change_data(files: FileActions) -> bool:
+    """Whether the commit adds rows. A file re-added with a deletion vector under a path it
+    removes adds none: it only deletes rows (the log tells which)."""
+    removed = set(files.removes.column("path").to_pylist()) if files.removes.num_rows else set()
     if files.add_bodies is not None:
-        return any(b.get("dataChange", True) is not False for b in files.add_bodies)
+        return any(
+            b.get("dataChange", True) is not False and not (b.get("deletionVector") and b.get("path") in removed) for b in files.add_bodies
+        )
     if files.adds is None or not files.adds.num_rows:
         return False
-    return bool(pc.any(pc.fill_null(files.adds.column("data_change"), True)).as_py())
+    changing = pc.fill_null(files.adds.column("data_change"), True)
+    if removed:
+        re_added = pc.and_(pc.is_in(files.adds.column("path"), pa.array(sorted(removed), pa.string())), pc.is_valid(files.adds.column("deletion_vector")))
+        changing = pc.and_(changing, pc.invert(re_added))
+    return bool(pc.any(changing).as_py())
 
 
 def _now_ms() -> int:
@@ -383,8 +392,10 @@ class OptimisticTransaction:
                 rule="appendOnly",
             )
         # A commit that only removes whole files needs no cdc files: a change reader reads its
-        # removed files' rows as deleted (the protocol's rule). One that also adds data may have
-        # rewritten rows (copied or updated), which only cdc files tell apart.
+        # removed files' rows as deleted (the protocol's rule), nor one that only grows deletion
+        # vectors (a reader tells the rows apart by the vectors, as delta-spark's DELETE relies
+        # on). One that also adds data may have rewritten rows (copied or updated), which only
+        # cdc files tell apart.
         if data_removes.num_rows and adds_change_data and config.change_data_feed_enabled and not self._cdc:
             raise ProtocolViolationError(
                 f"table {self.uri} records change data ({props.ENABLE_CHANGE_DATA_FEED.key}=true): a commit that "
