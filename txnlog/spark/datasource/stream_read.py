@@ -116,7 +116,7 @@ class VersionFiles:
     def steps(self) -> int:
         if self.changes is not None:
             return 0 if self.changes.is_empty else 1
-        return self.files.num_rows
+        return int(self.files.num_rows)
 
     def step_cost(self, index: int) -> tuple[int, int]:
         """(files, bytes) of step ``index``."""
