@@ -8,7 +8,7 @@ from txnlog.log.history import HistoryEntry
 from txnlog.read import ReadContext
 from txnlog.retrying import retry
 from txnlog.snapshot import Snapshot
-from txnlog.table import Table, Timestamp
+from txnlog.table import Table, Timestamp, to_millis
 from txnlog.table_configuration import TableConfiguration
 from txnlog.txn.hooks import PostCommitContext
 from txnlog.txn.isolation import IsolationLevel
@@ -35,4 +35,5 @@ __all__ = [
     "__version__",
     "errors",
     "retry",
+    "to_millis",
 ]

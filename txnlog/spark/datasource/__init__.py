@@ -7,7 +7,9 @@ driver commit once, with the checks of :func:`txnlog.spark.write`.
 
 - :mod:`~txnlog.spark.datasource.options`: the options both halves accept;
 - :mod:`~txnlog.spark.datasource.batch_read`: planning, filter pushdown, read tasks;
-- :mod:`~txnlog.spark.datasource.batch_write`: plan, tasks, one commit.
+- :mod:`~txnlog.spark.datasource.batch_write`: plan, tasks, one commit;
+- :mod:`~txnlog.spark.datasource.stream_read`: ``spark.readStream``, offsets and rate limits;
+- :mod:`~txnlog.spark.datasource.stream_write`: ``df.writeStream``, one commit per batch, exactly once.
 """
 
 from __future__ import annotations
@@ -15,12 +17,14 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
 from txnlog.spark.datasource.batch_read import FilteringTableReader, TableReader, open_snapshot, table_schema
 from txnlog.spark.datasource.batch_write import TableWriter, plan_write
-from txnlog.spark.datasource.options import SourceOptions
+from txnlog.spark.datasource.options import STREAM_READ_OPTIONS, SourceOptions
+from txnlog.spark.datasource.stream_read import TableStreamReader, stream_schema
+from txnlog.spark.datasource.stream_write import TableStreamWriter
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,9 +49,14 @@ class TxnlogDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
-        snapshot = open_snapshot(SourceOptions.parse(self.options, writing=False))
+        # Spark does not say whether a read or a stream asks: an option of the other kind is
+        # refused by reader() / streamReader().
+        lowered = {str(k).lower() for k in self.options}
+        streaming = bool(lowered & {n.lower() for n in STREAM_READ_OPTIONS})
+        options = SourceOptions.parse(self.options, writing=False, streaming=streaming)
+        snapshot = open_snapshot(options)
         self.pinned_version = snapshot.version
-        return table_schema(snapshot)
+        return stream_schema(options, snapshot) if streaming else table_schema(snapshot)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = SourceOptions.parse(self.options, writing=False)
@@ -56,6 +65,13 @@ class TxnlogDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return TableWriter(plan_write(SourceOptions.parse(self.options, writing=True), schema, overwrite))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        options = SourceOptions.parse(self.options, writing=False, streaming=True)
+        return TableStreamReader(options, open_snapshot(options, self.pinned_version), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:  # noqa: N802 - Spark's name
+        return TableStreamWriter(SourceOptions.parse(self.options, writing=True, streaming=True), schema, overwrite)
 
 
 def register(spark: SparkSession | Any) -> None:

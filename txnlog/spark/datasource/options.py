@@ -25,6 +25,11 @@ STORAGE_PREFIX = "storage."
 
 READ_OPTIONS = ("versionAsOf", "timestampAsOf", "filterPushdown", "maxPartitionBytes", "openCostInBytes", "minPartitions")
 WRITE_OPTIONS = ("replaceWhere", "mergeSchema", "txnAppId", "txnVersion", "partitionBy", "saveMode", "targetFileSize")
+#: ``spark.readStream``'s own (``versionAsOf``/``timestampAsOf`` do not apply to a stream).
+STREAM_READ_OPTIONS = ("startingVersion", "startingTimestamp", "maxFilesPerTrigger", "maxBytesPerTrigger", "skipChangeCommits",
+                       "readChangeFeed")
+#: ``df.writeStream``'s: Spark passes the query's checkpoint location, where its id is kept.
+STREAM_WRITE_OPTIONS = ("checkpointLocation", "queryName")
 #: Spark's own: the URI given to ``load``/``save``.
 _PATH = "path"
 
@@ -100,15 +105,28 @@ class SourceOptions:
     partition_by: list[str] | None = None
     save_mode: str | None = None
     target_file_size: int | None = None
+    # streams
+    starting_version: int | None = None
+    starting_latest: bool = False  # startingVersion=latest: only commits after the query starts
+    starting_timestamp: str | None = None
+    max_files_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    skip_change_commits: bool = False
+    read_change_feed: bool = False
+    checkpoint_location: str | None = None
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any], *, writing: bool) -> SourceOptions:
+    def parse(cls, options: Mapping[str, Any], *, writing: bool, streaming: bool = False) -> SourceOptions:
+        """``streaming``: the options of ``readStream``/``writeStream`` rather than ``read``/``write``."""
         lowered = {str(k).lower(): str(v) for k, v in options.items()}
         uri = lowered.get(_PATH)
         if not uri:
-            verb = "save(uri)" if writing else "load(uri)"
+            verb = ("start(uri)" if streaming else "save(uri)") if writing else "load(uri)"
             raise InvalidArgumentError(f'format("txnlog") needs the table URI: {verb}')
-        known = {n.lower() for n in (WRITE_OPTIONS if writing else READ_OPTIONS)} | {_PATH}
+        accepted_names = (WRITE_OPTIONS if writing else READ_OPTIONS) + ((STREAM_WRITE_OPTIONS if writing else STREAM_READ_OPTIONS) if streaming else ())
+        if streaming and not writing:  # a stream has no time travel
+            accepted_names = tuple(n for n in accepted_names if n not in ("versionAsOf", "timestampAsOf"))
+        known = {n.lower() for n in accepted_names} | {_PATH}
         other = {n.lower() for n in (READ_OPTIONS if writing else WRITE_OPTIONS)}
         storage: dict[str, str] = {}
         properties: dict[str, str] = {}
@@ -123,7 +141,7 @@ class SourceOptions:
                 kind = "reads" if writing else "writes"
                 raise InvalidArgumentError(f'option {key!r} of format("txnlog") applies to {kind} only (table {uri})')
             else:
-                accepted = ", ".join((*(WRITE_OPTIONS if writing else READ_OPTIONS), "storage.<key>") + (tuple(f"{p}<property>" for p in PROPERTY_PREFIXES) if writing else ()))
+                accepted = ", ".join((*accepted_names, "storage.<key>") + (tuple(f"{p}<property>" for p in PROPERTY_PREFIXES) if writing else ()))
                 raise InvalidArgumentError(f'unknown option {key!r} of format("txnlog") for table {uri} (accepted: {accepted})')
         version = _int(lowered, "versionAsOf", minimum=0)
         timestamp = lowered.get("timestampasof")
@@ -131,7 +149,9 @@ class SourceOptions:
             raise InvalidArgumentError(f"pass versionAsOf or timestampAsOf, not both (table {uri})")
         app_id = lowered.get("txnappid")
         app_version = _int(lowered, "txnVersion", minimum=0)
-        if (app_id is None) != (app_version is None):
+        if streaming and writing and app_version is not None:
+            raise InvalidArgumentError(f"a stream's writes are versioned by their batch id: pass txnAppId without txnVersion (table {uri})")
+        if (app_id is None) != (app_version is None) and not (streaming and writing):
             raise InvalidArgumentError(f"options txnAppId and txnVersion go together (table {uri})")
         save_mode = lowered.get("savemode")
         if save_mode is not None:
@@ -139,6 +159,12 @@ class SourceOptions:
             if save_mode not in ("error", "ignore"):
                 raise InvalidArgumentError(f"option saveMode must be 'error' or 'ignore', got {lowered['savemode']!r} (table {uri})")
         partition_by = lowered.get("partitionby")
+        starting = lowered.get("startingversion")
+        starting_latest = starting is not None and starting.strip().lower() == "latest"
+        starting_version = None if starting_latest else _int(lowered, "startingVersion", minimum=0)
+        starting_timestamp = lowered.get("startingtimestamp")
+        if starting is not None and starting_timestamp is not None:
+            raise InvalidArgumentError(f"pass startingVersion or startingTimestamp, not both (table {uri})")
         return cls(
             uri=uri,
             storage_options=storage,
@@ -157,7 +183,24 @@ class SourceOptions:
             partition_by=_column_list(partition_by) if partition_by is not None else None,
             save_mode=save_mode,
             target_file_size=_int(lowered, "targetFileSize", minimum=1),
+            starting_version=starting_version,
+            starting_latest=starting_latest,
+            starting_timestamp=starting_timestamp,
+            max_files_per_trigger=_int(lowered, "maxFilesPerTrigger", minimum=1),
+            max_bytes_per_trigger=_int(lowered, "maxBytesPerTrigger", minimum=1),
+            skip_change_commits=_bool(lowered, "skipChangeCommits"),
+            read_change_feed=_bool(lowered, "readChangeFeed"),
+            checkpoint_location=lowered.get("checkpointlocation"),
         )
 
 
-__all__ = ["DEFAULT_MAX_PARTITION_BYTES", "DEFAULT_OPEN_COST_BYTES", "READ_OPTIONS", "STORAGE_PREFIX", "WRITE_OPTIONS", "SourceOptions"]
+__all__ = [
+    "DEFAULT_MAX_PARTITION_BYTES",
+    "DEFAULT_OPEN_COST_BYTES",
+    "READ_OPTIONS",
+    "STORAGE_PREFIX",
+    "STREAM_READ_OPTIONS",
+    "STREAM_WRITE_OPTIONS",
+    "WRITE_OPTIONS",
+    "SourceOptions",
+]

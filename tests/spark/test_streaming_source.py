@@ -1,0 +1,192 @@
+"""readStream / writeStream .format("txnlog"): a txnlog table as a streaming source and sink,
+on the shared session. Every stream runs with Trigger.AvailableNow (or is stopped once it has
+caught up), so each test is a few small micro-batches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import txnlog.spark as ts
+from txnlog import Table
+
+pytestmark = pytest.mark.spark
+
+pyspark = pytest.importorskip("pyspark")
+from pyspark.errors import StreamingQueryException  # noqa: E402
+
+CHILD = Path(__file__).with_name("stream_source_child.py")
+
+
+@pytest.fixture(scope="module")
+def spark_ds(spark: Any) -> Any:
+    ts.register(spark)
+    return spark
+
+
+def _append(uri: str, start: int, n: int, properties: dict[str, str] | None = None) -> None:
+    data = pa.table({"id": pa.array(range(start, start + n), pa.int64()), "name": [f"n{i}" for i in range(start, start + n)]})
+    table = Table(uri)
+    if not table.exists():
+        table = Table.create(uri, data.schema, properties=properties)
+    table.append(data)
+
+
+def _ids(uri: str) -> list[int]:
+    return sorted(Table(uri).snapshot().to_arrow(columns=["id"]).column("id").to_pylist())
+
+
+def _run_to_table(spark: Any, source: str, sink: str, checkpoint: str, **options: str) -> None:
+    reader = spark.readStream.format("txnlog")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = reader.load(source).writeStream.format("txnlog").option("checkpointLocation", checkpoint).trigger(availableNow=True).start(sink)
+    query.awaitTermination(180)
+
+
+def _batches(spark: Any, source: str, checkpoint: str, **options: str) -> list[list[tuple[Any, ...]]]:
+    """The rows of each micro-batch of an AvailableNow stream of ``source``, in batch order."""
+    seen: list[list[tuple[Any, ...]]] = []
+    reader = spark.readStream.format("txnlog")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    df = reader.load(source)
+
+    def collect(batch: Any, batch_id: int) -> None:
+        rows = [tuple(r) for r in batch.collect()]
+        if rows:
+            seen.append(sorted(rows, key=repr))
+
+    query = df.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    query.awaitTermination(180)
+    if query.exception() is not None:
+        raise query.exception()  # type: ignore[misc]
+    return seen
+
+
+def test_stream_to_table_every_row_once_across_appends_and_restarts(spark_ds: Any, tmp_path: Path) -> None:
+    source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "sink"), str(tmp_path / "ckpt")
+    _append(source, 0, 10)
+    _append(source, 10, 10)
+    _run_to_table(spark_ds, source, sink, checkpoint)
+    assert _ids(sink) == list(range(20))  # the snapshot the query started from, whole
+
+    _append(source, 20, 5)
+    _append(source, 25, 5)
+    _run_to_table(spark_ds, source, sink, checkpoint)  # a restart: only the new commits
+    assert _ids(sink) == list(range(30))
+    _run_to_table(spark_ds, source, sink, checkpoint)  # nothing new: nothing written
+    assert _ids(sink) == list(range(30))
+    # Every sink commit records the query's transaction: one per batch, batch ids in order.
+    snapshot = Table(sink).snapshot()
+    app_id = (tmp_path / "ckpt" / "metadata").read_text().split('"id":"')[1].split('"')[0]
+    assert snapshot.app_transaction_version(app_id) is not None
+
+
+def test_rate_limit_at_most_n_files_per_batch(spark_ds: Any, tmp_path: Path) -> None:
+    source = str(tmp_path / "src")
+    for i in range(5):
+        _append(source, i * 3, 3)  # one file of 3 rows per commit
+    batches = _batches(spark_ds, source, str(tmp_path / "c1"), maxFilesPerTrigger="2")
+    assert [len(b) for b in batches] == [6, 6, 3]
+    assert sorted(r[0] for b in batches for r in b) == list(range(15))
+    # maxBytesPerTrigger: a file at least as large as the limit fills a batch alone.
+    batches = _batches(spark_ds, source, str(tmp_path / "c2"), maxBytesPerTrigger="1")
+    assert [len(b) for b in batches] == [3] * 5
+
+
+def test_starting_version_reads_only_later_commits(spark_ds: Any, tmp_path: Path) -> None:
+    source = str(tmp_path / "src")
+    for i in range(4):
+        _append(source, i * 10, 10)  # versions 0 (create) .. 4; version k >= 1 adds ids from (k-1)*10
+    batches = _batches(spark_ds, source, str(tmp_path / "c"), startingVersion="3")
+    assert sorted(r[0] for b in batches for r in b) == list(range(20, 40))
+    batches = _batches(spark_ds, source, str(tmp_path / "c2"), startingVersion="latest")
+    assert batches == []
+
+
+def test_delete_in_source_fails_the_stream_unless_skip_change_commits(spark_ds: Any, tmp_path: Path) -> None:
+    source = str(tmp_path / "src")
+    _append(source, 0, 10)
+    _append(source, 10, 10)
+    result = Table(source).delete("id < 5")
+    assert result is not None
+    deleted_at = result.version
+    _append(source, 100, 3)
+    with pytest.raises(StreamingQueryException) as failure:
+        _batches(spark_ds, source, str(tmp_path / "c1"), startingVersion="1")
+    message = str(failure.value)
+    assert f"version {deleted_at}" in message and "DELETE" in message and "skipChangeCommits" in message
+
+    batches = _batches(spark_ds, source, str(tmp_path / "c2"), startingVersion="1", skipChangeCommits="true")
+    assert sorted(r[0] for b in batches for r in b) == [*range(20), 100, 101, 102]
+
+
+def test_read_change_feed_streams_inserts_and_deletes(spark_ds: Any, tmp_path: Path) -> None:
+    source = str(tmp_path / "src")
+    _append(source, 0, 4, properties={"delta.enableChangeDataFeed": "true"})
+    _append(source, 4, 4)
+    # DELETE of a whole file: the version's removes are its change rows (no cdc file needed).
+    assert Table(source).delete("id >= 4") is not None
+    _append(source, 50, 2)
+    batches = _batches(spark_ds, source, str(tmp_path / "c"), readChangeFeed="true", startingVersion="1")
+    got = sorted((r[0], r[2], r[3]) for b in batches for r in b)
+    expected = Table(source).changes(1)
+    want = sorted(zip(expected["id"].to_pylist(), expected["_change_type"].to_pylist(), expected["_commit_version"].to_pylist(), strict=True))
+    assert got == want
+    assert {kind for _, kind, _ in got} == {"insert", "delete"}
+    # Without startingVersion: the snapshot's rows as inserts at its version, then nothing more.
+    snapshot_batches = _batches(spark_ds, source, str(tmp_path / "c2"), readChangeFeed="true")
+    latest = Table(source).latest_version()
+    assert sorted((r[0], r[2], r[3]) for b in snapshot_batches for r in b) == [(i, "insert", latest) for i in (0, 1, 2, 3, 50, 51)]
+
+
+def test_complete_mode_overwrites_each_batch(spark_ds: Any, tmp_path: Path) -> None:
+    source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "agg"), str(tmp_path / "c")
+    _append(source, 0, 10)
+
+    def run() -> None:
+        from pyspark.sql import functions as F
+
+        counts = spark_ds.readStream.format("txnlog").load(source).groupBy((F.col("id") % 2).alias("parity")).count()
+        query = (counts.writeStream.format("txnlog").outputMode("complete").option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start(sink))
+        query.awaitTermination(180)
+
+    run()
+    _append(source, 10, 5)
+    run()
+    rows = sorted(tuple(r.values()) for r in Table(sink).snapshot().to_arrow().to_pylist())
+    assert rows == [(0, 8), (1, 7)]
+
+
+def test_killed_stream_restarts_with_no_row_lost_or_repeated(spark_ds: Any, tmp_path: Path) -> None:
+    source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "sink"), str(tmp_path / "ckpt")
+    for i in range(6):
+        _append(source, i * 5, 5)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), source, sink, checkpoint, "1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        out, err = child.communicate(timeout=300)
+    finally:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert child.returncode == -signal.SIGKILL, out + err[-3000:]
+    landed = _ids(sink)
+    assert 0 < len(landed) < 30 and len(landed) == len(set(landed))  # killed mid-stream
+
+    _append(source, 100, 5)
+    _run_to_table(spark_ds, source, sink, checkpoint)
+    assert _ids(sink) == [*range(30), *range(100, 105)]

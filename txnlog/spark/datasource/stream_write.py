@@ -1,0 +1,133 @@
+"""``df.writeStream.format("txnlog").option("checkpointLocation", ...).start(uri)``: a txnlog
+table as a streaming sink, exactly once.
+
+Each micro-batch is one commit that records the transaction ``(app id, batch id)``; a batch
+Spark replays after a crash (it committed here but not in Spark's checkpoint) finds its batch
+id already recorded and commits nothing, as delta-spark's sink does. The app id is the
+query's id: Spark's Python sink API does not hand it over, so it is read from the query's
+checkpoint (``<checkpointLocation>/metadata``, written when the query starts and kept across
+restarts); ``option("txnAppId", ...)`` names it instead (needed when the checkpoint location
+comes from the session setting rather than the option).
+
+Spark creates the writer once for the tasks and again, from the data source as it was before
+any batch, in each commit's process: the tasks' plan (the metadata a new table gets, with its
+column mapping's physical names) travels to the commit inside the tasks' messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import orjson
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from txnlog import CommitResult, OptimisticTransaction, Table
+from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError
+from txnlog.spark.datasource.batch_write import WritePlan, WrittenFiles, delete_written, plan_write, write_task
+from txnlog.spark.datasource.options import SourceOptions
+from txnlog.spark.writer import claim_app_version, stage_write, write_parameters
+from txnlog.storage import open_store
+
+#: The file of a streaming query's checkpoint that holds the query's id.
+CHECKPOINT_METADATA = "metadata"
+
+
+def query_id(options: SourceOptions) -> str:
+    """The app id a stream's commits record: ``txnAppId``, else the query id in the checkpoint."""
+    if options.app_id is not None:
+        return options.app_id
+    location = options.checkpoint_location
+    if not location:
+        raise InvalidArgumentError(
+            f"writeStream.format('txnlog') to {options.uri} needs option('checkpointLocation', ...) (its query id keys "
+            f"the exactly-once commits) or option('txnAppId', ...)"
+        )
+    try:
+        raw = open_store(location).read(CHECKPOINT_METADATA)
+        found = orjson.loads(raw.splitlines()[0]).get("id")
+    except (TxnLogError, orjson.JSONDecodeError, IndexError, AttributeError) as e:
+        raise InvalidArgumentError(
+            f"cannot read the streaming query's id from {location}/{CHECKPOINT_METADATA} ({e}); pass option('txnAppId', ...)"
+        ) from None
+    if not isinstance(found, str) or not found:
+        raise InvalidArgumentError(f"{location}/{CHECKPOINT_METADATA} names no query id; pass option('txnAppId', ...)")
+    return found
+
+
+@dataclass
+class StreamedFiles(WrittenFiles):
+    """One task's files, with the plan they were written under (the commit's process has its own)."""
+
+    plan: WritePlan | None = None
+
+
+def _transaction(plan: WritePlan, table: Table, mode: str) -> OptimisticTransaction:
+    """The batch's transaction on the table as it is now (earlier batches have committed since
+    the plan was made); refused when the table's schema is no longer the one the files were written for."""
+    params = write_parameters(mode, plan.options.partition_by, None)
+    if not table.exists():
+        txn = table.create_transaction("STREAMING UPDATE", operation_parameters=params)
+        assert plan.metadata is not None  # a plan for a new table carries its metadata
+        txn.update_metadata(schema=plan.metadata.schema_string, partition_columns=plan.metadata.partition_columns,
+                            configuration={**plan.options.properties, **plan.metadata.configuration})
+        return txn
+    txn = table.transaction("STREAMING UPDATE", operation_parameters=params)
+    assert plan.context is not None
+    expected = plan.metadata.schema_string if plan.metadata is not None else None
+    planned = plan.context.table_configuration.metadata if expected is None else None
+    current = txn.metadata
+    if (expected is not None and current.schema_string != expected) or (planned is not None and current != planned):
+        txn.abort()
+        raise SchemaError(f"table {table.uri} changed its schema or partitioning while the stream was writing to it; restart the query")
+    return txn
+
+
+def commit_batch(plan: WritePlan, messages: list[WriterCommitMessage | None], batch_id: int, app_id: str, mode: str) -> CommitResult | None:
+    """Commit one micro-batch's files with the transaction ``(app_id, batch_id)``; None when
+    the batch was already committed (a replay: its new files are deleted) or changes nothing."""
+    results = [m for m in messages if isinstance(m, WrittenFiles)]
+    errors = [m.error for m in results if m.error is not None]
+    if errors:
+        raise errors[0]
+    # The tasks' plan: a new table's metadata as the files were written for it.
+    plan = next((m.plan for m in results if isinstance(m, StreamedFiles) and m.plan is not None), plan)
+    adds = [a for m in results for a in m.adds]
+    table = Table(plan.options.uri, plan.options.storage_options)
+    if plan.context is None:  # planned as nothing to write: no table was checked, plan again
+        return None
+    txn = _transaction(plan, table, mode)
+    with txn:
+        if claim_app_version(txn, app_id, batch_id):
+            delete_written(plan, messages)
+            return None
+        if not stage_write(txn, mode, None, adds, app_id, remove_matching=lambda t, w: 0):
+            return None
+    return txn.result
+
+
+class TableStreamWriter(DataSourceStreamArrowWriter):
+    """The streaming sink: tasks write Parquet; each batch commits once, keyed by its batch id."""
+
+    def __init__(self, options: SourceOptions, schema: StructType, overwrite: bool) -> None:
+        self.mode = "overwrite" if overwrite else "append"  # outputMode complete truncates each batch
+        self.app_id = query_id(options)
+        # Planned as an append (a new table's metadata, the checks of txnlog.spark.write);
+        # complete mode's overwrite happens in each batch's commit.
+        self.plan = plan_write(dataclasses.replace(options, app_id=None, app_version=None), schema, False)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamedFiles:
+        written = write_task(self.plan, iterator)
+        return StreamedFiles(written.adds, written.error, self.plan)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
+        commit_batch(self.plan, messages, batchId, self.app_id, self.mode)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
+        delete_written(self.plan, messages)
+
+
+__all__ = ["CHECKPOINT_METADATA", "StreamedFiles", "TableStreamWriter", "commit_batch", "query_id"]
