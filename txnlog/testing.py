@@ -340,7 +340,16 @@ class _FaultyArrowHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # pyar
         rules = self.store._matching("write_data", relative)
         self.store._before(rules, "write_data", relative)
         torn = next((r for r in rules if r.action.startswith("truncate")), None)
-        inner = self.fs.open_output_stream(path, metadata=metadata)
+        try:
+            inner = self.fs.open_output_stream(path, metadata=metadata)
+        except FileNotFoundError:
+            # Its directory is missing: the writer makes it and opens the file again, and the
+            # rules belong to that open, which writes the file.
+            with self.store._lock:
+                for rule in rules:
+                    rule.fired -= 1
+                    rule._seen -= 1
+            raise
         return pa.PythonFile(_FaultyOutput(self.store, rules, relative, inner, torn), mode="w")
 
     def open_append_stream(self, path: str, metadata: Any) -> Any:

@@ -31,10 +31,11 @@ from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.tree import Reference
 from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value
-from txnlog.read import ReadContext
+from txnlog.read import ROW_COMMIT_VERSION, ROW_ID, ReadContext
 from txnlog.snapshot import Snapshot
 from txnlog.txn.transaction import OptimisticTransaction
-from txnlog.write import delete_rows
+from txnlog.write import delete_rows, write_change_files
+from txnlog.write.changes import CHANGE_TYPE_COLUMN
 
 ROW_INDEX = "__txnlog_row_index"
 SOURCE_ROW = "__txnlog_source_row"
@@ -177,21 +178,92 @@ class _RowChanges:
     copied_rows: int = 0
 
 
+class _Output:
+    """What a DML writes, kind of row by kind of row.
+
+    Data rows: the table's columns and, where the table tracks rows
+    (``delta.enableRowTracking``), each row's stable id and commit version, which the write
+    preserves: a copied row keeps both, an updated row keeps its id and gets the commit's version
+    (a null one), an inserted row gets new ones (nulls). Change rows, where the table records
+    change data (``delta.enableChangeDataFeed``): the deleted, updated (before and after) and
+    inserted rows with their ``_change_type``, staged as ``_change_data/`` files."""
+
+    def __init__(self, txn: OptimisticTransaction, schema: pa.Schema) -> None:
+        config = txn.table_configuration
+        self.schema = schema  # the table's logical columns
+        self.tracking = config.row_tracking_enabled
+        self.change_data = config.change_data_feed_enabled
+        ids = [pa.field(ROW_ID, pa.int64()), pa.field(ROW_COMMIT_VERSION, pa.int64())] if self.tracking else []
+        self.write_schema = pa.schema([*schema, *ids])
+        self.change_schema = schema.append(pa.field(CHANGE_TYPE_COLUMN, pa.string()))
+        self.change_rows: list[pa.Table] = []
+
+    # The ``ReadContext.read`` options under which old rows carry their ids.
+    @property
+    def row_id(self) -> str | None:
+        return ROW_ID if self.tracking else None
+
+    @property
+    def row_commit_version(self) -> str | None:
+        return ROW_COMMIT_VERSION if self.tracking else None
+
+    def copied(self, rows: pa.Table) -> pa.Table:
+        """Rows written again unchanged (ids and commit versions kept)."""
+        return self._conform(rows, {})
+
+    def deleted(self, old: pa.Table) -> None:
+        self._change(old, "delete")
+
+    def updated(self, old: pa.Table, new: pa.Table) -> pa.Table:
+        """``new`` (the table's columns) replacing ``old`` row for row: each keeps its row id."""
+        self._change(old, "update_preimage")
+        self._change(new, "update_postimage")
+        if not self.tracking:
+            return self._conform(new, {})
+        return self._conform(new, {ROW_ID: old.column(ROW_ID), ROW_COMMIT_VERSION: pa.nulls(new.num_rows, pa.int64())})
+
+    def inserted(self, new: pa.Table) -> pa.Table:
+        self._change(new, "insert")
+        nulls = pa.nulls(new.num_rows, pa.int64())
+        return self._conform(new, {ROW_ID: nulls, ROW_COMMIT_VERSION: nulls} if self.tracking else {})
+
+    def _conform(self, rows: pa.Table, replaced: Mapping[str, pa.Array | pa.ChunkedArray]) -> pa.Table:
+        columns = [replaced[n] if n in replaced else rows.column(n) for n in self.write_schema.names]
+        return pa.Table.from_arrays(columns, schema=self.write_schema)
+
+    def _change(self, rows: pa.Table, change_type: str) -> None:
+        if self.change_data and rows.num_rows:
+            columns = [rows.column(n) for n in self.schema.names]
+            kinds = pa.repeat(pa.scalar(change_type, pa.string()), rows.num_rows)
+            self.change_rows.append(pa.Table.from_arrays([*columns, kinds], schema=self.change_schema))
+
+    def stage_changes(self, txn: OptimisticTransaction) -> int:
+        """Write the change rows and stage their files; how many files."""
+        if not self.change_rows:
+            return 0
+        batches = [batch for table in self.change_rows for batch in table.to_batches()]
+        reader = pa.RecordBatchReader.from_batches(self.change_schema, batches)
+        files = write_change_files(txn.write_context(), reader, store=txn.location.store)
+        txn.add_cdc_files(files)
+        return len(files)
+
+
 def _stage(txn: OptimisticTransaction, snapshot: Snapshot, candidates: pa.Table, changes: _RowChanges,
-           new_rows: Iterator[pa.RecordBatch], schema: pa.Schema) -> Metrics:
-    """Write ``new_rows`` (a lazy stream: it fills ``changes`` as it goes), then stage the
-    removes and the deletion vectors. File counts as delta-spark reports them: a file whose
-    vector changes is not counted as removed nor added (its remove+add pair only swaps the
-    vector); only new data files are added and only dropped files are removed."""
+           new_rows: Iterator[pa.Table], output: _Output) -> Metrics:
+    """Write ``new_rows`` (a lazy stream of ``output.write_schema`` tables: it fills ``changes``
+    and ``output``'s change rows as it goes), then the change files, then stage the removes and
+    the deletion vectors. File counts as delta-spark reports them: a file whose vector changes
+    is not counted as removed nor added (its remove+add pair only swaps the vector); only new
+    data files are added and only dropped files are removed."""
     start = time.monotonic()
     written = [0]
 
     def counted() -> Iterator[pa.RecordBatch]:
-        for batch in new_rows:
-            written[0] += batch.num_rows
-            yield batch
+        for table in new_rows:
+            written[0] += table.num_rows
+            yield from table.to_batches()
 
-    adds = txn.write(pa.RecordBatchReader.from_batches(schema, counted()))
+    adds = txn.write(pa.RecordBatchReader.from_batches(output.write_schema, counted()), preserve_row_ids=output.tracking)
     metrics: Metrics = {
         # The transaction's own counts would include a vector's remove+add: these are the data.
         "numFiles": len(adds),
@@ -203,7 +275,7 @@ def _stage(txn: OptimisticTransaction, snapshot: Snapshot, candidates: pa.Table,
         "numDeletionVectorsAdded": 0,
         "numDeletionVectorsUpdated": 0,
         "numDeletionVectorsRemoved": 0,
-        "numAddedChangeFiles": 0,
+        "numAddedChangeFiles": output.stage_changes(txn),
     }
     if changes.dv_mode and changes.positions:
         indexes = sorted(changes.positions)
@@ -230,11 +302,6 @@ def _stage(txn: OptimisticTransaction, snapshot: Snapshot, candidates: pa.Table,
                        numDeletionVectorsRemoved=_with_vector(removed))
     metrics["rewriteTimeMs"] = _ms(start)
     return metrics
-
-
-def _drop_row_index(batch: pa.RecordBatch | pa.Table) -> pa.Table:
-    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-    return table.drop_columns([ROW_INDEX]) if ROW_INDEX in table.column_names else table
 
 
 def _record(txn: OptimisticTransaction, metrics: Metrics, start: float, scan_ms: int, changed: bool) -> DmlResult:
@@ -295,17 +362,26 @@ def delete(txn: OptimisticTransaction, predicate: str) -> DmlResult:
         changes.positions = {i: positions[i] for i in touched}
     else:
         changes.rewritten = touched
-    keep = ~condition.rows()
+    output = _Output(txn, ctx.output_schema())
+    matches = condition.rows()
 
-    def kept_rows() -> Iterator[pa.RecordBatch]:
-        if dv_mode:
-            return
+    def kept_rows() -> Iterator[pa.Table]:
         for i in touched:
-            for batch in ctx.batches(candidates.slice(i, 1), row_filter=keep, filter_columns=condition.columns):
-                changes.copied_rows += batch.num_rows
-                yield batch
+            file = candidates.slice(i, 1)
+            if dv_mode:  # the deleted rows only matter as change data
+                if output.change_data:
+                    for batch in ctx.batches(file, row_filter=matches, filter_columns=condition.columns):
+                        output.deleted(pa.Table.from_batches([batch]))
+                continue
+            for batch in ctx.batches(file, row_id=output.row_id, row_commit_version=output.row_commit_version):
+                rows = pa.Table.from_batches([batch])
+                mask = matches.mask(rows)
+                output.deleted(rows.filter(mask))
+                kept = rows.filter(pc.invert(mask))
+                changes.copied_rows += kept.num_rows
+                yield output.copied(kept)
 
-    metrics = _stage(txn, snapshot, candidates, changes, kept_rows(), ctx.output_schema())
+    metrics = _stage(txn, snapshot, candidates, changes, kept_rows(), output)
     metrics["numDeletedRows"] = sum(len(positions[i]) for i in touched)
     return _record(txn, metrics, start, scan_ms, _changed(metrics))
 
@@ -363,27 +439,28 @@ def update(txn: OptimisticTransaction, predicate: str | None, set: Mapping[str, 
     else:
         changes.rewritten = touched
     matches = condition.rows()
+    output = _Output(txn, schema)
 
-    def new_rows() -> Iterator[pa.RecordBatch]:
+    def new_rows() -> Iterator[pa.Table]:
         for i in touched:
             file = candidates.slice(i, 1)
             if dv_mode:  # only the new versions of the matching rows
-                batches = ctx.batches(file, row_filter=matches, filter_columns=condition.columns)
+                batches = ctx.batches(file, row_filter=matches, filter_columns=condition.columns, row_id=output.row_id, row_commit_version=output.row_commit_version)
             else:
-                batches = ctx.batches(file)
+                batches = ctx.batches(file, row_id=output.row_id, row_commit_version=output.row_commit_version)
             for batch in batches:
                 rows = pa.Table.from_batches([batch])
                 if dv_mode:
-                    hit, kept = rows, rows.slice(0, 0)
+                    hit = rows
                 else:
                     mask = matches.mask(rows)
                     hit, kept = rows.filter(mask), rows.filter(pc.invert(mask))
                     changes.copied_rows += kept.num_rows
-                    yield from kept.to_batches()
-                scope = _Scope({"t": (hit, f"table {txn.uri}")}, default=["t"])
-                yield from _assigned(hit, scope, values, schema, table=txn.uri, what="update()").to_batches()
+                    yield output.copied(kept)
+                scope = _Scope({"t": (hit.select(schema.names), f"table {txn.uri}")}, default=["t"])
+                yield output.updated(hit, _assigned(hit, scope, values, schema, table=txn.uri, what="update()"))
 
-    metrics = _stage(txn, snapshot, candidates, changes, new_rows(), schema)
+    metrics = _stage(txn, snapshot, candidates, changes, new_rows(), output)
     metrics["numUpdatedRows"] = sum(len(positions[i]) for i in touched)
     return _record(txn, metrics, start, scan_ms, _changed(metrics))
 
@@ -526,9 +603,11 @@ def merge(
     changes = _RowChanges(dv_mode)
     counts = dict.fromkeys(("updated", "deleted", "inserted"), 0)
 
-    def new_rows() -> Iterator[pa.RecordBatch]:
+    output = _Output(txn, schema)
+
+    def new_rows() -> Iterator[pa.Table]:
         for i, matched in sorted(matches.items()) if matched_clause else ():
-            rows = ctx.read(candidates.slice(i, 1), row_index=ROW_INDEX)
+            rows = ctx.read(candidates.slice(i, 1), row_index=ROW_INDEX, row_id=output.row_id, row_commit_version=output.row_commit_version)
             at = pc.index_in(matched.column(ROW_INDEX), value_set=rows.column(ROW_INDEX))
             target_rows = rows.take(at)
             joined = pa.Table.from_arrays(
@@ -550,18 +629,20 @@ def merge(
                 continue
             counts["deleted"] += int(pc.sum(deleted).as_py() or 0)
             counts["updated"] += int(pc.sum(updated).as_py() or 0)
+            output.deleted(target_rows.filter(deleted))
             if dv_mode:
                 changes.positions[i] = changed_positions.combine_chunks()
             else:
                 changes.rewritten.append(i)
-                unchanged = _drop_row_index(rows.filter(pc.invert(pc.is_in(rows.column(ROW_INDEX), value_set=changed_positions.combine_chunks()))))
+                unchanged = rows.filter(pc.invert(pc.is_in(rows.column(ROW_INDEX), value_set=changed_positions.combine_chunks())))
                 changes.copied_rows += unchanged.num_rows
-                yield from unchanged.to_batches()
+                yield output.copied(unchanged)
             if updates is not None:
                 new = joined.filter(updated)
                 new_scope = _PrefixedScope(new, columns, source_columns, txn.uri)
                 plain = new.select([f"t.{c}" for c in columns]).rename_columns(columns)
-                yield from _assigned(plain, new_scope, update_values, schema, table=txn.uri, what="when_matched_update").to_batches()
+                assigned = _assigned(plain, new_scope, update_values, schema, table=txn.uri, what="when_matched_update")
+                yield output.updated(target_rows.filter(updated), assigned)
         if inserts is not None:
             matched_sources = [m.column(SOURCE_ROW) for m in matches.values()]
             taken = pa.chunked_array(matched_sources, pa.int64()) if matched_sources else pa.chunked_array([], pa.int64())
@@ -577,9 +658,9 @@ def merge(
                         arrays.append(_cast_to(scope.evaluate(node, text, part.num_rows), f, table=txn.uri, what="when_not_matched_insert", text=text))
                     else:
                         arrays.append(pa.nulls(part.num_rows, f.type))
-                yield from pa.Table.from_arrays(arrays, schema=schema).to_batches()
+                yield output.inserted(pa.Table.from_arrays(arrays, schema=schema))
 
-    staged = _stage(txn, snapshot, candidates, changes, new_rows(), schema)
+    staged = _stage(txn, snapshot, candidates, changes, new_rows(), output)
     metrics.update(
         {name: staged[name] for name in ("numFiles", "numOutputBytes", "numAddedFiles", "numRemovedFiles")},
         numTargetRowsInserted=counts["inserted"],
@@ -593,7 +674,7 @@ def merge(
         numOutputRows=counts["inserted"] + counts["updated"] + staged["numCopiedRows"],
         numTargetFilesAdded=staged["numAddedFiles"],
         numTargetFilesRemoved=staged["numRemovedFiles"],
-        numTargetChangeFilesAdded=0,
+        numTargetChangeFilesAdded=staged["numAddedChangeFiles"],
         numTargetBytesAdded=staged["numAddedBytes"],
         numTargetBytesRemoved=staged["numRemovedBytes"],
         numTargetDeletionVectorsAdded=staged["numDeletionVectorsAdded"],

@@ -3,7 +3,8 @@ that version had and removes the ones it did not (Delta's RESTORE, with its oper
 
 Every re-added file (and its deletion vector file) must still exist; otherwise nothing is
 committed and the error names the missing ones. The metadata (schema, partitioning, properties)
-of the target version is restored too; the protocol is never downgraded.
+of the target version is restored too; the protocol is never downgraded. On a table with change
+data feed it writes no change files (as delta-spark): its removes and adds are its changes.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ def restore(
                 name=meta.name,
                 description=meta.description,
             )
+        # Whole files move and no row is rewritten: read without cdc files, the commit's removes
+        # are its deleted rows and its adds its inserted ones, which is what RESTORE changed.
+        txn.file_actions_are_the_changes()
         txn.remove_files(to_remove)
         txn.add_files(to_add)
         txn.set_operation_metrics(

@@ -428,8 +428,11 @@ def remove_where(
     if txn.table_configuration.deletion_vectors_enabled:
         hit, positions = matching_positions(spark, snapshot, candidates, matches)
         deletes = stage_row_deletes(txn, snapshot, hit, positions)
-        # The log tells these rows: the file's vector grew (delta-spark writes no cdc file either).
-        changes.imply(lambda: read_files(spark, snapshot, hit).filter(matches), "delete")
+        # Readers could tell these rows from the grown vectors (delta-spark writes no cdc file
+        # here), but a reader that takes the protocol's rule literally would read the re-added
+        # file's other rows as deleted and inserted: cdc files are exact for every reader, and
+        # the Python DML writes them too.
+        changes.require(lambda: read_files(spark, snapshot, hit).filter(matches), "delete")
         return RowRemoval(deletes.removed, deletes.added, row_delete_metrics(deletes))
     hit, deleted = matching_files(spark, snapshot, candidates, matches)
     if hit.num_rows == 0:

@@ -147,6 +147,7 @@ class OptimisticTransaction:
 
         self._staged: StagedFiles | None = None  # made on first use: it needs the metadata
         self._cdc: list[AddCDCFile] = []
+        self._file_actions_are_the_changes = False
         self._protocol: Protocol | None = None
         self._metadata: Metadata | None = None
         self._configuration: TableConfiguration | None = None
@@ -325,6 +326,14 @@ class OptimisticTransaction:
         self._ensure_open()
         self._cdc.extend(files)
 
+    def file_actions_are_the_changes(self) -> None:
+        """Declare that this commit's row changes are exactly the rows of the files it removes
+        (deleted) and adds (inserted), as a change reader reads a version without cdc files: on
+        a table with change data feed it may then remove and add data without cdc files. Only
+        for commits that move whole files and rewrite no row (RESTORE, as delta-spark's)."""
+        self._ensure_open()
+        self._file_actions_are_the_changes = True
+
     def update_metadata(
         self,
         *,
@@ -396,7 +405,8 @@ class OptimisticTransaction:
         # vectors (a reader tells the rows apart by the vectors, as delta-spark's DELETE relies
         # on). One that also adds data may have rewritten rows (copied or updated), which only
         # cdc files tell apart.
-        if data_removes.num_rows and adds_change_data and config.change_data_feed_enabled and not self._cdc:
+        if (data_removes.num_rows and adds_change_data and config.change_data_feed_enabled and not self._cdc
+                and not self._file_actions_are_the_changes):
             raise ProtocolViolationError(
                 f"table {self.uri} records change data ({props.ENABLE_CHANGE_DATA_FEED.key}=true): a commit that "
                 "removes data and adds data must also add cdc files (add_cdc_files); removing whole files needs none",
