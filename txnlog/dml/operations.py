@@ -18,8 +18,11 @@ The metrics are delta-spark's names; they are also recorded as the commit's oper
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +35,7 @@ from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.tree import Reference
 from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID, ReadContext
-from txnlog.snapshot import Snapshot
+from txnlog.snapshot import READ_THREADS, Snapshot
 from txnlog.txn.transaction import OptimisticTransaction
 from txnlog.write import delete_rows, write_change_files
 from txnlog.write.changes import CHANGE_TYPE_COLUMN
@@ -576,8 +579,7 @@ def merge(
     # 1. Match, file by file, reading the keys and what the rest of ON needs.
     needed = sorted({t for t, _ in pairs} | _target_columns_read([node for node, _ in residual], target_lower))
     matches: dict[int, pa.Table] = {}  # file index -> (ROW_INDEX, SOURCE_ROW) of its matched rows
-    for i in range(candidates.num_rows):
-        rows = ctx.read(candidates.slice(i, 1), columns=needed, row_index=ROW_INDEX)
+    for i, rows in _each_file(ctx, candidates, range(candidates.num_rows), columns=needed, row_index=ROW_INDEX):
         rows = _prefixed(_all_valid(rows, [t for t, _ in pairs]), "t.")
         if rows.num_rows == 0:
             continue
@@ -605,9 +607,23 @@ def merge(
 
     output = _Output(txn, schema)
 
+    # Merge-on-read writes only the new row versions: of the old rows it needs just what the
+    # clauses read and the columns an update leaves as they are (all of them for change data).
+    read_columns = None
+    if dv_mode and not output.change_data:
+        clause_nodes = [node for node, _ in update_values.values()] + ([delete_condition[0]] if delete_condition else [])
+        kept = set(columns) - set(update_values) if updates is not None else set()
+        read_columns = [c for c in columns if c in kept | _target_columns_read(clause_nodes, target_lower)]
+
     def new_rows() -> Iterator[pa.Table]:
-        for i, matched in sorted(matches.items()) if matched_clause else ():
-            rows = ctx.read(candidates.slice(i, 1), row_index=ROW_INDEX, row_id=output.row_id, row_commit_version=output.row_commit_version)
+        touched = sorted(matches) if matched_clause else []
+        for i, rows in _each_file(ctx, candidates, touched, columns=read_columns, row_index=ROW_INDEX,
+                                  row_id=output.row_id, row_commit_version=output.row_commit_version):
+            matched = matches[i]
+            if read_columns is not None:  # columns no clause reads, as NULL
+                for c in columns:
+                    if c not in rows.column_names:
+                        rows = rows.append_column(pa.field(c, schema.field(c).type), pa.nulls(rows.num_rows, schema.field(c).type))
             at = pc.index_in(matched.column(ROW_INDEX), value_set=rows.column(ROW_INDEX))
             target_rows = rows.take(at)
             joined = pa.Table.from_arrays(
@@ -710,6 +726,25 @@ def _with_key_types(source: pa.Table, pairs: Sequence[tuple[str, str]], schema: 
             ) from None
         source = source.set_column(source.column_names.index(key), key, cast)
     return source
+
+
+def _each_file(ctx: ReadContext, files: pa.Table, indexes: Sequence[int], **options: object) -> Iterator[tuple[int, pa.Table]]:
+    """(i, the rows of ``files[i]`` read with ``options``) for each of ``indexes``, in order,
+    a few files decoded at once (Arrow releases the GIL; at most that many files in memory)."""
+    store = ctx.open_store()
+    if len(indexes) <= 1:
+        for i in indexes:
+            yield i, ctx.read(files.slice(i, 1), store=store, **options)
+        return
+    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="txnlog-dml") as pool:
+        upcoming = iter(indexes)
+        pending = deque((i, pool.submit(ctx.read, files.slice(i, 1), store=store, **options)) for i in islice(upcoming, READ_THREADS))
+        while pending:
+            i, future = pending.popleft()
+            following = next(upcoming, None)
+            if following is not None:
+                pending.append((following, pool.submit(ctx.read, files.slice(following, 1), store=store, **options)))
+            yield i, future.result()
 
 
 def _target_columns_read(nodes: Sequence[ValueExpression], target_lower: Mapping[str, str]) -> set[str]:
