@@ -24,6 +24,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 from pyspark.sql import functions as F
@@ -53,6 +54,10 @@ _SPARK_PATH = "_txnlog_spark_path"
 _RAW_PATH = "_txnlog_raw_path"
 _BASE_ROW_ID = "_txnlog_base_row_id"
 _DEFAULT_VERSION = "_txnlog_default_row_commit_version"
+_FILE_INDEX = "_txnlog_file_index"
+_DELETED = "_txnlog_deleted"
+# A deleted row is matched as one long: its file's index above this many bits, its position below.
+_POSITION_BITS = 40
 # ``scheme:///path`` and ``scheme:/path`` name the same file (an empty authority); Spark prints
 # a local file one way in ``inputFiles`` and the other in ``_metadata.file_path``.
 _EMPTY_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):///")
@@ -118,18 +123,20 @@ def _file_schema(snapshot: Snapshot) -> tuple[list[dict[str, Any]], dict[str, An
     return fields, {"type": "struct", "fields": data}
 
 
-def _deleted_rows(snapshot: Snapshot, files: pa.Table, keys: list[str]) -> pa.Table | None:
-    """(file key, deleted row index) for every row a deletion vector of ``files`` deletes,
-    decoded by the core reader (the one place deletion vectors are read)."""
-    key_parts: list[pa.Array] = []
-    row_parts: list[pa.Array] = []
-    for key, rows in zip(keys, snapshot.read_context().deleted_rows(files, snapshot.store), strict=True):
+def _deleted_rows(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
+    """Every row a deletion vector of ``files`` deletes, as one long: the file's index in
+    ``files`` shifted above the row's position (one compact join key instead of a path text per
+    deleted row), decoded by the core reader (the one place deletion vectors are read)."""
+    parts: list[np.ndarray] = []
+    for index, rows in enumerate(snapshot.read_context().deleted_rows(files, snapshot.store)):
         if rows is not None and len(rows):
-            row_parts.append(rows.cast(pa.int64()))
-            key_parts.append(pa.repeat(pa.scalar(key, pa.string()), len(rows)))
-    if not row_parts:
+            positions = rows.to_numpy(zero_copy_only=False).astype(np.int64)
+            if positions[-1] >= 1 << _POSITION_BITS:
+                raise DeletionVectorError(f"the deletion vector of {files.column('path')[index]} in table {snapshot.uri} names row {positions[-1]}, past what a data file holds")
+            parts.append((index << _POSITION_BITS) | positions)
+    if not parts:
         return None
-    return pa.table({_KEY: pa.concat_arrays(key_parts), _ROW: pa.concat_arrays(row_parts)})
+    return pa.table({_DELETED: pa.array(np.concatenate(parts))})
 
 
 def _spark_paths(df: DataFrame, keys: list[str]) -> list[list[str]] | None:
@@ -180,7 +187,7 @@ def read_files(
     uris = [snapshot.locate(p).uri for p in files.column("path").to_pylist()]  # UnsafePathError on escapes
     keys = [path_key(u) for u in uris]
     try:
-        deleted = _deleted_rows(snapshot, files, keys)
+        deleted = _deleted_rows(snapshot, files)
     except DeletionVectorError:
         raise
     except TxnLogError as e:
@@ -192,7 +199,8 @@ def read_files(
     physical = {f["name"]: (f.get("metadata") or {}).get(_MAPPING_NAME, f["name"]) for f in table_fields}
     mapped = snapshot.table_configuration.is_column_mapped
     if need_join:
-        file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path")})
+        file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path"),
+                              _FILE_INDEX: pa.array(np.arange(len(keys), dtype=np.int64))})
         if with_row_ids:
             file_rows = file_rows.append_column(_BASE_ROW_ID, files.column("base_row_id").cast(pa.int64()))
             file_rows = file_rows.append_column(_DEFAULT_VERSION, files.column("default_row_commit_version").cast(pa.int64()))
@@ -214,7 +222,8 @@ def read_files(
             unmatched = F.raise_error(F.concat(F.lit(f"txnlog: a row of table {snapshot.uri} comes from a file not in its file list: "), F.col(_RAW_PATH)))
             df = joined.filter(F.when(F.col(_KEY).isNull(), unmatched).otherwise(F.lit(True)))
         if deleted is not None:
-            df = df.join(F.broadcast(spark.createDataFrame(deleted)), on=[_KEY, _ROW], how="left_anti")
+            row_key = F.shiftleft(F.col(_FILE_INDEX), _POSITION_BITS).bitwiseOR(F.col(_ROW))
+            df = df.join(F.broadcast(spark.createDataFrame(deleted)), row_key == F.col(_DELETED), how="left_anti")
 
     by_name = {f.name: f for f in logical.fields}
     columns = []
