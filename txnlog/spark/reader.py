@@ -56,6 +56,7 @@ _BASE_ROW_ID = "_txnlog_base_row_id"
 _DEFAULT_VERSION = "_txnlog_default_row_commit_version"
 _FILE_INDEX = "_txnlog_file_index"
 _DELETED = "_txnlog_deleted"
+_DELETED_FILE = "_txnlog_deleted_file"
 # A deleted row is matched as one long: its file's index above this many bits, its position below.
 _POSITION_BITS = 40
 # ``scheme:///path`` and ``scheme:/path`` name the same file (an empty authority); Spark prints
@@ -124,19 +125,21 @@ def _file_schema(snapshot: Snapshot) -> tuple[list[dict[str, Any]], dict[str, An
 
 
 def _deleted_rows(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
-    """Every row a deletion vector of ``files`` deletes, as one long: the file's index in
-    ``files`` shifted above the row's position (one compact join key instead of a path text per
-    deleted row), decoded by the core reader (the one place deletion vectors are read)."""
-    parts: list[np.ndarray] = []
+    """One row per file of ``files`` that has a deletion vector: its index in ``files`` and the
+    positions the vector deletes (a list per file travels to Spark far cheaper than a row per
+    deleted position), decoded by the core reader (the one place deletion vectors are read)."""
+    indexes: list[int] = []
+    positions: list[np.ndarray] = []
     for index, rows in enumerate(snapshot.read_context().deleted_rows(files, snapshot.store)):
         if rows is not None and len(rows):
-            positions = rows.to_numpy(zero_copy_only=False).astype(np.int64)
-            if positions[-1] >= 1 << _POSITION_BITS:
-                raise DeletionVectorError(f"the deletion vector of {files.column('path')[index]} in table {snapshot.uri} names row {positions[-1]}, past what a data file holds")
-            parts.append((index << _POSITION_BITS) | positions)
-    if not parts:
+            found = rows.to_numpy(zero_copy_only=False).astype(np.int64)
+            if found[-1] >= 1 << _POSITION_BITS:
+                raise DeletionVectorError(f"the deletion vector of {files.column('path')[index]} in table {snapshot.uri} names row {found[-1]}, past what a data file holds")
+            indexes.append(index)
+            positions.append(found)
+    if not indexes:
         return None
-    return pa.table({_DELETED: pa.array(np.concatenate(parts))})
+    return pa.table({_FILE_INDEX: pa.array(indexes, pa.int64()), _DELETED: pa.array(positions, pa.list_(pa.int64()))})
 
 
 def _spark_paths(df: DataFrame, keys: list[str]) -> list[list[str]] | None:
@@ -222,8 +225,11 @@ def read_files(
             unmatched = F.raise_error(F.concat(F.lit(f"txnlog: a row of table {snapshot.uri} comes from a file not in its file list: "), F.col(_RAW_PATH)))
             df = joined.filter(F.when(F.col(_KEY).isNull(), unmatched).otherwise(F.lit(True)))
         if deleted is not None:
+            # Each deleted row as one long (file index above its position): a single join key.
+            positions = spark.createDataFrame(deleted).select(F.col(_FILE_INDEX).alias(_DELETED_FILE), F.explode(_DELETED).alias(_DELETED))
+            deleted_keys = positions.select(F.shiftleft(F.col(_DELETED_FILE), _POSITION_BITS).bitwiseOR(F.col(_DELETED)).alias(_DELETED))
             row_key = F.shiftleft(F.col(_FILE_INDEX), _POSITION_BITS).bitwiseOR(F.col(_ROW))
-            df = df.join(F.broadcast(spark.createDataFrame(deleted)), row_key == F.col(_DELETED), how="left_anti")
+            df = df.join(F.broadcast(deleted_keys), row_key == F.col(_DELETED), how="left_anti")
 
     by_name = {f.name: f for f in logical.fields}
     columns = []
