@@ -69,11 +69,11 @@ def build(uri: Path, rows: int, files: int, properties: dict[str, str] | None = 
     return table
 
 
-def copies(source: Path, n: int, name: str) -> Iterator[str]:
-    """``n`` fresh copies of the table at ``source``, made before timing starts."""
+def copies(source: Path | str, n: int, name: str, base: Path = BASE) -> Iterator[str]:
+    """``n`` fresh copies of the table at ``source`` under ``base``, made before timing starts."""
     made = []
     for i in range(n):
-        target = BASE / f"{name}-{i}"
+        target = base / f"{name}-{i}"
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(source, target)
         made.append(str(target))

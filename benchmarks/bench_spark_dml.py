@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import WORK_DIR, interleaved, log, median, ms, paired_ratio, ratio, setup_logging, verdict  # noqa: E402
+from benchmarks.bench_row_level import copies as _copies  # noqa: E402
 from benchmarks.bench_spark_merge import events, full_rebuild, session  # noqa: E402
 from txnlog import Table  # noqa: E402
 
@@ -49,13 +50,7 @@ def build(spark: Any, uri: Path, rows: int, files: int, properties: dict[str, st
 
 
 def copies(source: str, n: int, name: str) -> Iterator[str]:
-    made = []
-    for i in range(n):
-        target = BASE / f"{name}-{i}"
-        shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(source, target)
-        made.append(str(target))
-    return iter(made)
+    return _copies(source, n, name, BASE)
 
 
 def merge_source(spark: Any, rows: int, spread: bool) -> Any:

@@ -5,15 +5,14 @@ read from them."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
 import txnlog
+from tests.duckdb_delta import duckdb_delta
 
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string())])
 
@@ -62,19 +61,10 @@ def live_dv_files(snapshot: txnlog.Snapshot) -> set[str]:
     return {p for d in dvs if d for p in [dv_file_path(d["storage_type"], d["path_or_inline_dv"])] if p}
 
 
-def _duckdb() -> Any:
-    duckdb = pytest.importorskip("duckdb")
-    spec = importlib.util.find_spec("duckdb_ext")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("duckdb-ext-delta is not installed (DuckDB cannot download its delta extension here)")
-    con = duckdb.connect(config={"extension_directory": str(Path(next(iter(spec.submodule_search_locations))) / "extensions")})
-    con.sql("LOAD delta")
-    return con
-
 
 def duckdb_ids(uri: str) -> list[int]:
     """The sorted ids DuckDB's ``delta_scan`` reads at the latest version of ``uri``."""
-    con = _duckdb()
+    con = duckdb_delta()
     return sorted(row[0] for row in con.sql(f"select id from delta_scan('{uri}')").fetchall())
 
 
@@ -82,7 +72,7 @@ def duckdb_rows(uri: str, columns: list[str]) -> list[str]:
     """The rows (as sorted texts of their dicts, for comparing with :func:`txnlog_rows`) DuckDB
     reads at the latest version of ``uri``."""
     selected = ", ".join(f'"{c}"' for c in columns)
-    con = _duckdb()
+    con = duckdb_delta()
     rows = con.sql(f"select {selected} from delta_scan('{uri}')").fetchall()
     return sorted(str(dict(zip(columns, row))) for row in rows)
 

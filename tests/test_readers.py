@@ -12,7 +12,6 @@ DuckDB's delta extension cannot be downloaded at run time here; its PyPI wheel
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.duckdb_delta import duckdb_delta
 from txnlog import Table
 from txnlog.log.checkpoint_writer import write_checkpoint
 
@@ -115,20 +115,10 @@ def test_polars_refuses_column_mapped_tables_itself(tmp_path: Path) -> None:
         pl.read_delta(str(tmp_path / "t"))
 
 
-def _duckdb_with_delta() -> Any:
-    duckdb = pytest.importorskip("duckdb")
-    spec = importlib.util.find_spec("duckdb_ext")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("duckdb-ext-delta is not installed (DuckDB cannot download its delta extension here)")
-    directory = Path(next(iter(spec.submodule_search_locations))) / "extensions"
-    con = duckdb.connect(config={"extension_directory": str(directory)})
-    con.sql("LOAD delta")
-    return con
-
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_duckdb_reads_txnlog_tables(tmp_path: Path, kind: str) -> None:
-    con = _duckdb_with_delta()
+    con = duckdb_delta()
     expected = _build(tmp_path / "t", kind)
     columns = ", ".join(f'"{n}"' for n in SCHEMA.names)
     rows = con.sql(f"SELECT {columns} FROM delta_scan('{tmp_path / 't'}')").fetch_arrow_table()

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import pytest
 from deltalake import DeltaTable
 from pyiceberg.table import StaticTable
 
 import txnlog
+from tests.duckdb_delta import duckdb_delta
 from txnlog.iceberg import DELTA_VERSION_KEY
 from txnlog.write import delete_rows
 
@@ -123,12 +121,7 @@ def same_rows(got: pa.Table, expected: pa.Table, columns: list[str]) -> bool:
 def duckdb_rows(uri: str) -> pa.Table:
     """The table's rows as DuckDB's delta_scan (delta-kernel-rs) reads them: an independent
     reader of deletion vectors (deltalake 1.6 refuses tables with them)."""
-    duckdb = pytest.importorskip("duckdb")
-    spec = importlib.util.find_spec("duckdb_ext")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("duckdb-ext-delta is not installed (DuckDB cannot download its delta extension here)")
-    con = duckdb.connect(config={"extension_directory": str(Path(next(iter(spec.submodule_search_locations))) / "extensions")})
-    con.sql("LOAD delta")
+    con = duckdb_delta()
     return con.sql(f"select * from delta_scan('{uri}')").fetch_arrow_table()
 
 

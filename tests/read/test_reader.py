@@ -4,7 +4,6 @@ column selection and predicates, and errors that name the table, data file and v
 
 from __future__ import annotations
 
-import importlib.util
 import pickle
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -16,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txnlog
+from tests.duckdb_delta import duckdb_delta
 from txnlog.errors import InvalidArgumentError, StorageError, TxnLogError, UnsupportedFeatureError
 from txnlog.log import DeletionVectorError
 from txnlog.write.deletion_vectors import write_deletion_vectors
@@ -23,19 +23,10 @@ from txnlog.write.deletion_vectors import write_deletion_vectors
 pytest.importorskip("pyroaring")
 
 
-def _duckdb() -> Any:
-    duckdb = pytest.importorskip("duckdb")
-    spec = importlib.util.find_spec("duckdb_ext")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("duckdb-ext-delta is not installed (DuckDB cannot download its delta extension here)")
-    con = duckdb.connect(config={"extension_directory": str(Path(next(iter(spec.submodule_search_locations))) / "extensions")})
-    con.sql("LOAD delta")
-    return con
-
 
 def _same_rows_as_duckdb(uri: str, ours: pa.Table) -> None:
     """``ours`` holds exactly the rows (with multiplicity) DuckDB's delta_scan reads at ``uri``."""
-    con = _duckdb()
+    con = duckdb_delta()
     con.register("ours", ours)
     columns = ", ".join(f'"{c}"' for c in ours.column_names)
     theirs = f"(select {columns} from delta_scan('{uri}'))"

@@ -16,7 +16,7 @@ import pytest
 
 import txnlog
 import txnlog.spark as ts
-from tests.read.test_reader import _duckdb
+from tests.duckdb_delta import duckdb_delta
 from txnlog.errors import CommitConflictError, ConcurrentDeleteReadError, DuplicateMatchError
 from txnlog.spark.merge import merge, merge_into
 
@@ -55,7 +55,7 @@ def _same_rows(spark: Any, uri: str, model: dict[int, Row]) -> None:
     assert through_spark == expected
     arrow = txnlog.Table(uri).snapshot().to_arrow(COLUMNS)
     assert sorted(tuple(r[c] for c in COLUMNS) for r in arrow.to_pylist()) == expected
-    con = _duckdb()
+    con = duckdb_delta()
     columns = ", ".join(COLUMNS)
     theirs = con.sql(f"select {columns} from delta_scan('{uri}')").fetchall()
     assert sorted(theirs) == expected
@@ -214,7 +214,7 @@ def test_update_and_merge_write_only_the_new_row_versions(spark: Any, tmp_path: 
 def test_dml_on_a_table_whose_vectors_delta_spark_wrote(spark: Any, tmp_path: Path, conformance_dir: Path) -> None:
     uri = str(tmp_path / "dv-small")
     shutil.copytree(conformance_dir / "tables" / "table-with-dv-small", uri)
-    con = _duckdb()
+    con = duckdb_delta()
     # delta-spark deleted 0 and 9 of 0..9.
     assert sorted(r[0] for r in con.sql(f"select value from delta_scan('{uri}')").fetchall()) == list(range(1, 9))
 

@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from tests.duckdb_delta import duckdb_delta
 from txnlog import AddFile, Table
 from txnlog.errors import InvalidArgumentError, ProtocolViolationError
 from txnlog.log.filenames import LOG_DIR
 
-from ..read.test_reader import _duckdb
 from .test_concurrency_processes import commit_actions, run_together
 
 SCHEMA = pa.schema([("id", pa.int64()), ("region", pa.string())])
@@ -215,7 +215,7 @@ def test_rewrites_preserve_stable_ids_through_the_materialized_columns(tmp_path)
     # The tables stay readable by delta-rs and DuckDB, hidden columns hidden.
     theirs = DeltaTable(str(root)).to_pyarrow_table()
     assert sorted(theirs.column("id").to_pylist()) == sorted(final) and theirs.column_names == ["id", "region"]
-    con = _duckdb()
+    con = duckdb_delta()
     duck = con.sql(f"select * from delta_scan('{root}')").fetch_arrow_table()
     assert sorted(duck.column("id").to_pylist()) == sorted(final) and sorted(duck.column_names) == ["id", "region"]
 
