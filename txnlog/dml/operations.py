@@ -18,11 +18,8 @@ The metrics are delta-spark's names; they are also recorded as the commit's oper
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
 
 import numpy as np
 import pyarrow as pa
@@ -164,11 +161,8 @@ def _files_at(files: pa.Table, indexes: Sequence[int]) -> pa.Table:
 def _matching_positions(ctx: ReadContext, files: pa.Table, predicate: FilePredicate) -> list[pa.Array]:
     """Per file: the physical positions of its live rows on which ``predicate`` is TRUE (only the
     predicate's columns are read)."""
-    out = []
-    for i in range(files.num_rows):
-        rows = ctx.read(files.slice(i, 1), columns=[], row_filter=predicate.rows(), filter_columns=predicate.columns, row_index=ROW_INDEX)
-        out.append(rows.column(ROW_INDEX).combine_chunks())
-    return out
+    found = ctx.read_each(files, parallel=READ_THREADS, columns=[], row_filter=predicate.rows(), filter_columns=predicate.columns, row_index=ROW_INDEX)
+    return [rows.column(ROW_INDEX).combine_chunks() for _, rows in found]
 
 
 @dataclass
@@ -579,7 +573,7 @@ def merge(
     # 1. Match, file by file, reading the keys and what the rest of ON needs.
     needed = sorted({t for t, _ in pairs} | _target_columns_read([node for node, _ in residual], target_lower))
     matches: dict[int, pa.Table] = {}  # file index -> (ROW_INDEX, SOURCE_ROW) of its matched rows
-    for i, rows in _each_file(ctx, candidates, range(candidates.num_rows), columns=needed, row_index=ROW_INDEX):
+    for i, rows in ctx.read_each(candidates, parallel=READ_THREADS, columns=needed, row_index=ROW_INDEX):
         rows = _prefixed(_all_valid(rows, [t for t, _ in pairs]), "t.")
         if rows.num_rows == 0:
             continue
@@ -617,8 +611,8 @@ def merge(
 
     def new_rows() -> Iterator[pa.Table]:
         touched = sorted(matches) if matched_clause else []
-        for i, rows in _each_file(ctx, candidates, touched, columns=read_columns, row_index=ROW_INDEX,
-                                  row_id=output.row_id, row_commit_version=output.row_commit_version):
+        for i, rows in ctx.read_each(candidates, touched, parallel=READ_THREADS, columns=read_columns, row_index=ROW_INDEX,
+                                     row_id=output.row_id, row_commit_version=output.row_commit_version):
             matched = matches[i]
             if read_columns is not None:  # columns no clause reads, as NULL
                 for c in columns:
@@ -726,25 +720,6 @@ def _with_key_types(source: pa.Table, pairs: Sequence[tuple[str, str]], schema: 
             ) from None
         source = source.set_column(source.column_names.index(key), key, cast)
     return source
-
-
-def _each_file(ctx: ReadContext, files: pa.Table, indexes: Sequence[int], **options: object) -> Iterator[tuple[int, pa.Table]]:
-    """(i, the rows of ``files[i]`` read with ``options``) for each of ``indexes``, in order,
-    a few files decoded at once (Arrow releases the GIL; at most that many files in memory)."""
-    store = ctx.open_store()
-    if len(indexes) <= 1:
-        for i in indexes:
-            yield i, ctx.read(files.slice(i, 1), store=store, **options)
-        return
-    with ThreadPoolExecutor(READ_THREADS, thread_name_prefix="txnlog-dml") as pool:
-        upcoming = iter(indexes)
-        pending = deque((i, pool.submit(ctx.read, files.slice(i, 1), store=store, **options)) for i in islice(upcoming, READ_THREADS))
-        while pending:
-            i, future = pending.popleft()
-            following = next(upcoming, None)
-            if following is not None:
-                pending.append((following, pool.submit(ctx.read, files.slice(following, 1), store=store, **options)))
-            yield i, future.result()
 
 
 def _target_columns_read(nodes: Sequence[ValueExpression], target_lower: Mapping[str, str]) -> set[str]:

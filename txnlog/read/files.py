@@ -18,11 +18,11 @@ opens the table's store itself and reads the files it is handed.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +38,8 @@ from txnlog.log.deletion_vectors import DeletionVectorError, read_deletion_vecto
 from txnlog.storage import LogStore, normalize_uri, open_store
 from txnlog.storage.paths import locate
 from txnlog.table_configuration import TableConfiguration
+
+T = TypeVar("T")
 
 #: Rows per batch read from a data file.
 BATCH_ROWS = 65_536
@@ -202,21 +204,12 @@ class ReadContext:
                         continue
                 yield batch.select(wanted) if extra else batch
 
-        if parallel <= 1 or len(paths) <= 1:
+        if parallel <= 1:  # streamed batch by batch
             for i in range(len(paths)):
                 yield from file_batches(i)
             return
-        # Up to ``parallel`` files are decoded at once (Arrow releases the GIL), their batches
-        # still yielded in file order; memory holds at most that many files' batches.
-        with ThreadPoolExecutor(parallel, thread_name_prefix="txnlog-read") as pool:
-            upcoming = iter(range(len(paths)))
-            pending = deque(pool.submit(lambda i: list(file_batches(i)), i) for i in islice(upcoming, parallel))
-            while pending:
-                done = pending.popleft().result()
-                following = next(upcoming, None)
-                if following is not None:
-                    pending.append(pool.submit(lambda i: list(file_batches(i)), following))
-                yield from done
+        for _, batches in in_order(range(len(paths)), lambda i: list(file_batches(i)), parallel):
+            yield from batches
 
     def read(self, files: pa.Table, **options: Any) -> pa.Table:
         """:meth:`batches` as one table."""
@@ -227,6 +220,16 @@ class ReadContext:
             if options.get(option) is not None:
                 schema = schema.append(pa.field(options[option], pa.int64(), nullable=False))
         return pa.Table.from_batches(list(self.batches(files, **options)), schema=schema)
+
+    def read_each(
+        self, files: pa.Table, indexes: Iterable[int] | None = None, *, parallel: int = 1, **options: Any
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """(i, :meth:`read` of ``files[i]`` with ``options``) for each of ``indexes`` (every file
+        when None), in order; ``parallel`` files are read at once."""
+        chosen = range(files.num_rows) if indexes is None else indexes
+        if "store" not in options:
+            options["store"] = self.open_store()  # one store for every file
+        return in_order(chosen, lambda i: self.read(files.slice(i, 1), **options), parallel)
 
     def _row_tracking(self, row_id: str | None, row_commit_version: str | None) -> _RowTracking | None:
         if row_id is None and row_commit_version is None:
@@ -351,6 +354,24 @@ def _materialized_or(chunk: pa.RecordBatch | None, column: str | None, defaults:
     except (pa.ArrowException, ValueError) as e:
         raise SchemaError(f"hidden column {column!r} of {where} is {values.type}, not an integer: {e}", field=column) from e
     return values if not values.null_count else pc.coalesce(values, defaults)
+
+
+def in_order(items: Iterable[int], work: Callable[[int], T], parallel: int) -> Iterator[tuple[int, T]]:
+    """(item, ``work(item)``) for each item, in order, ``parallel`` of them worked on at once in
+    threads (Arrow's Parquet reader releases the GIL); at most that many results wait in memory."""
+    if parallel <= 1:
+        for item in items:
+            yield item, work(item)
+        return
+    with ThreadPoolExecutor(parallel, thread_name_prefix="txnlog-read") as pool:
+        upcoming = iter(items)
+        pending = deque((item, pool.submit(work, item)) for item in islice(upcoming, parallel))
+        while pending:
+            item, future = pending.popleft()
+            following = next(upcoming, None)
+            if following is not None:
+                pending.append((following, pool.submit(work, following)))
+            yield item, future.result()
 
 
 def _open_absolute(uri: str) -> Any:
