@@ -18,7 +18,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 import pyarrow as pa
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MODES = ("append", "overwrite", "error", "ignore")
+A = TypeVar("A", AddFile, AddCDCFile)
 
 # One row per written file, or one row carrying a txnlog error raised in the task.
 _RESULT_DDL = "add string, error string"
@@ -158,12 +159,7 @@ def write_files(
     check_schema(df, ctx, extra=(ROW_ID, ROW_COMMIT_VERSION) if preserve_row_ids else ())
     task = _WriteTask(ctx, data_change, require, list(df.columns), preserve_row_ids=preserve_row_ids)
     rows = _run_tasks(df, ctx, task, partition_by, f"the Spark job writing data files of table {ctx.table_uri}", "data")
-    out: list[AddFile] = []
-    for text in rows:
-        action = decode_action("add", orjson.loads(text), path="<spark task result>")
-        assert isinstance(action, AddFile)
-        out.append(action)
-    return out
+    return _decoded(rows, "add", AddFile)
 
 
 def write_change_rows(df: DataFrame, ctx: WriteContext) -> list[AddCDCFile]:
@@ -175,10 +171,15 @@ def write_change_rows(df: DataFrame, ctx: WriteContext) -> list[AddCDCFile]:
     check_schema(df, ctx, extra=(CHANGE_TYPE,))
     task = _WriteTask(ctx, False, None, list(df.columns), change_files=True)
     rows = _run_tasks(df, ctx, task, None, f"the Spark job writing change data files of table {ctx.table_uri}", "change data")
-    out: list[AddCDCFile] = []
+    return _decoded(rows, "cdc", AddCDCFile)
+
+
+def _decoded(rows: list[str], kind: str, cls: type[A]) -> list[A]:
+    """The ``kind`` action bodies (JSON text) the tasks returned, as ``cls`` records."""
+    out: list[A] = []
     for text in rows:
-        action = decode_action("cdc", orjson.loads(text), path="<spark task result>")
-        assert isinstance(action, AddCDCFile)
+        action = decode_action(kind, orjson.loads(text), path="<spark task result>")
+        assert isinstance(action, cls)
         out.append(action)
     return out
 

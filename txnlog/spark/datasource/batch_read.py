@@ -106,6 +106,16 @@ def table_schema(snapshot: Snapshot) -> StructType:
     return spark_schema_of(orjson.dumps(clean(raw)).decode())
 
 
+def check_given_schema(given: StructType, expected: StructType, uri: str, reader: str) -> None:
+    """A schema passed to ``reader`` (``spark.read`` or ``spark.readStream``) must be the one the
+    source reads the table with (names and types): SchemaError otherwise."""
+    if [(f.name, f.dataType) for f in given.fields] != [(f.name, f.dataType) for f in expected.fields]:
+        raise SchemaError(
+            f"{reader}.format('txnlog') reads table {uri} with its own schema {expected.simpleString()}; "
+            f"a schema given to {reader} ({given.simpleString()}) must be that one"
+        )
+
+
 def filter_expression(spark_filter: Filter) -> Expression | None:
     """Spark's pushed filter as a txnlog expression tree, or None for one it has no node for
     (a comparison with an array literal, a filter kind added by a later Spark)."""
@@ -170,12 +180,7 @@ class TableReader(DataSourceReader):
     stays in the planning process; tasks get the :class:`ReadContext` and their files."""
 
     def __init__(self, options: SourceOptions, snapshot: Snapshot, schema: StructType) -> None:
-        expected = table_schema(snapshot)
-        if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
-            raise SchemaError(
-                f"format('txnlog') reads table {snapshot.uri} with its own schema {expected.simpleString()}; "
-                f"a schema given to spark.read ({schema.simpleString()}) must be that one"
-            )
+        check_given_schema(schema, table_schema(snapshot), snapshot.uri, "spark.read")
         self.options = options
         self.version = snapshot.version
         self.context: ReadContext = snapshot.read_context()

@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Table, WriteContext, dml
 from txnlog.errors import InvalidArgumentError, TxnLogError
 from txnlog.expressions import FilePredicate
-from txnlog.file_facts import decode_stats
+from txnlog.file_facts import num_records
 from txnlog.log import Metadata
 from txnlog.spark.datasource.options import SourceOptions
 from txnlog.spark.writer import (
@@ -31,6 +31,7 @@ from txnlog.spark.writer import (
     check_schema,
     check_write_arguments,
     claim_app_version,
+    files_table,
     stage_write,
     start_write,
     write_parameters,
@@ -141,15 +142,10 @@ def remove_rows_on_driver(txn: OptimisticTransaction, condition: str, adds: list
         txn.operation_parameters["predicate"] = recorded
     txn.set_operation_metrics(
         numFiles=len(adds) + result.metrics.get("numAddedFiles", 0),
-        numOutputRows=sum(_records(a) for a in adds) + result.metrics.get("numCopiedRows", 0),
+        numOutputRows=num_records(files_table(adds)) + result.metrics.get("numCopiedRows", 0),
         numOutputBytes=sum(a.size for a in adds) + result.metrics.get("numAddedBytes", 0),
     )
     return int(result.changed)
-
-
-def _records(add: AddFile) -> int:
-    records = (decode_stats(add.stats) or {}).get("numRecords")
-    return records if isinstance(records, int) else 0
 
 
 def commit_write(plan: WritePlan, messages: list[WriterCommitMessage | None]) -> CommitResult | None:

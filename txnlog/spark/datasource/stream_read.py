@@ -42,7 +42,7 @@ from txnlog.log import Commit, LogListing, VersionChanges, list_log, read_commit
 from txnlog.properties import LOG_RETENTION
 from txnlog.read import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, ReadContext, change_batches
 from txnlog.spark.common import arrow_schema_of_struct
-from txnlog.spark.datasource.batch_read import FilesPartition, pack_files, table_schema
+from txnlog.spark.datasource.batch_read import FilesPartition, check_given_schema, pack_files, table_schema
 from txnlog.spark.datasource.options import SourceOptions
 
 #: delta-spark's rate limit when neither maxFilesPerTrigger nor maxBytesPerTrigger is set.
@@ -148,12 +148,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     schema; the log state (listing, parsed versions) stays in the planning process."""
 
     def __init__(self, options: SourceOptions, snapshot: Snapshot, schema: StructType) -> None:
-        expected = stream_schema(options, snapshot)
-        if [(f.name, f.dataType) for f in schema.fields] != [(f.name, f.dataType) for f in expected.fields]:
-            raise SchemaError(
-                f"readStream.format('txnlog') reads table {snapshot.uri} with its own schema {expected.simpleString()}; "
-                f"a schema given to spark.readStream ({schema.simpleString()}) must be that one"
-            )
+        check_given_schema(schema, stream_schema(options, snapshot), snapshot.uri, "spark.readStream")
         self.options = options
         self.uri = snapshot.uri
         self.schema_string = snapshot.metadata.schema_string
