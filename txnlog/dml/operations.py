@@ -174,6 +174,19 @@ class _RowChanges:
     rewritten: list[int] = field(default_factory=list)  # file indexes removed (copy-on-write)
     copied_rows: int = 0
 
+    @classmethod
+    def of_matches(cls, dv_mode: bool, positions: Sequence[pa.Array]) -> _RowChanges:
+        """The files holding a matched row (``positions[i]``: file i's matched positions): their
+        positions to mark deleted, or the files to rewrite."""
+        touched = [i for i, p in enumerate(positions) if len(p)]
+        if dv_mode:
+            return cls(dv_mode, positions={i: positions[i] for i in touched})
+        return cls(dv_mode, rewritten=touched)
+
+    def touched(self) -> list[int]:
+        """The indexes of the files this DML changes, ascending."""
+        return sorted(self.positions) if self.dv_mode else list(self.rewritten)
+
 
 class _Output:
     """What a DML writes, kind of row by kind of row.
@@ -353,12 +366,8 @@ def delete(txn: OptimisticTransaction, predicate: str) -> DmlResult:
         return _record(txn, metrics, start, _ms(start), _changed(metrics))
     positions = _matching_positions(ctx, candidates, condition)
     scan_ms = _ms(start)
-    changes = _RowChanges(dv_mode)
-    touched = [i for i, p in enumerate(positions) if len(p)]
-    if dv_mode:
-        changes.positions = {i: positions[i] for i in touched}
-    else:
-        changes.rewritten = touched
+    changes = _RowChanges.of_matches(dv_mode, positions)
+    touched = changes.touched()
     output = _Output(txn, ctx.output_schema())
     matches = condition.rows()
 
@@ -429,12 +438,8 @@ def update(txn: OptimisticTransaction, predicate: str | None, set: Mapping[str, 
     positions = _matching_positions(ctx, candidates, condition)
     scan_ms = _ms(start)
     dv_mode = txn.table_configuration.deletion_vectors_enabled
-    changes = _RowChanges(dv_mode)
-    touched = [i for i, p in enumerate(positions) if len(p)]
-    if dv_mode:
-        changes.positions = {i: positions[i] for i in touched}
-    else:
-        changes.rewritten = touched
+    changes = _RowChanges.of_matches(dv_mode, positions)
+    touched = changes.touched()
     matches = condition.rows()
     output = _Output(txn, schema)
 
