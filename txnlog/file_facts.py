@@ -303,6 +303,14 @@ def encode_stats(stats: Mapping[str, Any]) -> str:
     return orjson.dumps(_drop_nulls(stats) or {}, default=_json_default, option=orjson.OPT_PASSTHROUGH_DATETIME).decode()
 
 
+def with_new_stat(text: str, stats: Mapping[str, Any], key: str, value: bool | int) -> str:
+    """``text`` (an ``add.stats`` JSON object, decoded as ``stats``, without ``key``) with
+    ``key: value`` added first, the rest left as written: re-encoding would turn decimals into
+    floats."""
+    entry = f"{orjson.dumps(key).decode()}:{orjson.dumps(value).decode()}"
+    return text.replace("{", "{" + entry + ",", 1) if stats else "{" + entry + "}"
+
+
 def decode_stats(text: str | None) -> dict[str, Any] | None:
     """One ``add.stats`` string as a dict; None when absent or not a JSON object."""
     if not text:
@@ -633,6 +641,7 @@ __all__ = [
     "ColumnPath",
     "HIVE_DEFAULT_PARTITION",
     "decode_stats",
+    "with_new_stat",
     "encode_stats",
     "file_keys",
     "has_min_max",

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from txnlog import properties as props
 from txnlog.errors import LogCorruptError, ProtocolViolationError, StorageError, TxnLogError
-from txnlog.file_facts import decode_stats
+from txnlog.file_facts import decode_stats, with_new_stat
 from txnlog.log.actions import DomainMetadata
 from txnlog.log.commits import Commit
 from txnlog.log.file_actions import FILES_SCHEMA, concat, table_from_log_dicts
@@ -169,8 +169,11 @@ def backfill_files(live: pa.Table, exclude_paths: pa.Array, store: LogStore, tab
     for i, (path, text) in enumerate(zip(files.column("path").to_pylist(), stats)):
         decoded = decode_stats(text)
         if decoded is None or not isinstance(decoded.get("numRecords"), int):
-            decoded = {**(decoded or {}), "numRecords": _footer_rows(store, table_uri, path, allow_absolute_paths)}
-            stats[i] = orjson.dumps(decoded).decode()
+            rows = _footer_rows(store, table_uri, path, allow_absolute_paths)
+            if text is not None and decoded is not None and "numRecords" not in decoded:
+                stats[i] = with_new_stat(text, decoded, "numRecords", rows)  # the other stats as written
+            else:
+                stats[i] = orjson.dumps({**(decoded or {}), "numRecords": rows}).decode()
             changed = True
     if changed:
         files = files.set_column(files.schema.get_field_index("stats"), "stats", pa.array(stats, pa.string()))

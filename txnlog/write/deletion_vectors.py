@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.errors import InvalidArgumentError
-from txnlog.file_facts import decode_stats
+from txnlog.file_facts import decode_stats, with_new_stat
 from txnlog.log.actions import DeletionVectorDescriptor
 from txnlog.log.deletion_vectors import dv_file_name, inline_descriptor, serialize_bitmap
 from txnlog.log.file_actions import DV_TYPE
@@ -173,7 +173,7 @@ def _loose_stats(text: str | None) -> str | None:
             return text
         # Re-encoding would turn decimals into floats: change only this one value.
         return _TIGHT_BOUNDS.sub('"tightBounds":false', text, count=1)
-    return text.replace("{", '{"tightBounds":false,', 1) if stats else '{"tightBounds":false}'
+    return with_new_stat(text, stats, "tightBounds", False)
 
 
 __all__ = ["DV_FILE_FORMAT_VERSION", "MAX_INLINE_BYTES", "RowDeletes", "delete_rows", "union_rows", "write_deletion_vectors"]
