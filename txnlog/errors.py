@@ -288,6 +288,11 @@ class ConcurrentDeleteReadError(CommitConflictError):
     """The winner removed a file this transaction read."""
 
 
+class ConcurrentRowsError(ConcurrentDeleteReadError):
+    """The winner deleted or updated rows of a file that this merge-on-read transaction also
+    matched: ``conflicting_file`` names the file, ``detail`` the row positions (up to 100)."""
+
+
 class ConcurrentDeleteDeleteError(CommitConflictError):
     """The winner removed a file this transaction also removes."""
 

@@ -435,6 +435,8 @@ FIELD_METADATA_PREFIX = "delta."
 #: The domain whose configuration holds the row id high-water mark (row tracking).
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
 ROW_ID_HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"
+#: commitInfo key: the winners a commit was rebased over at row level (txnlog.txn.rebase).
+REBASE_COMMIT_INFO_KEY = "txnlog.rowLevelRebase"
 #: Column metadata: ids of array elements and map keys/values under column mapping (IcebergCompat).
 NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
 

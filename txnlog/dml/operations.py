@@ -34,7 +34,7 @@ from txnlog.expressions.values import Resolver, ValueExpression, condition_mask,
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID, ReadContext
 from txnlog.snapshot import READ_THREADS, Snapshot
 from txnlog.txn.transaction import OptimisticTransaction
-from txnlog.write import delete_rows, write_change_files
+from txnlog.write import write_change_files
 from txnlog.write.changes import CHANGE_TYPE_COLUMN
 
 ROW_INDEX = "__txnlog_row_index"
@@ -171,6 +171,7 @@ class _RowChanges:
 
     dv_mode: bool
     positions: dict[int, pa.Array] = field(default_factory=dict)  # file index -> rows deleted by DV
+    matched: dict[int, pa.Array] = field(default_factory=dict)  # file index -> rows a MERGE matched (DV mode)
     rewritten: list[int] = field(default_factory=list)  # file indexes removed (copy-on-write)
     copied_rows: int = 0
 
@@ -288,12 +289,11 @@ def _stage(txn: OptimisticTransaction, snapshot: Snapshot, candidates: pa.Table,
         "numAddedChangeFiles": output.stage_changes(txn),
     }
     if changes.dv_mode and changes.positions:
-        indexes = sorted(changes.positions)
+        # The files with matched rows, changed or not: what lets the commit through concurrent
+        # changes to other rows of them.
+        indexes = sorted(set(changes.positions) | set(changes.matched))
         touched = _files_at(candidates, indexes)
-        ctx = snapshot.read_context()
-        deletes = delete_rows(snapshot.store, touched, [changes.positions[i] for i in indexes], ctx.deleted_rows(touched))
-        txn.remove_files(deletes.removed)
-        txn.add_files(deletes.added)
+        deletes = txn.delete_rows(touched, [changes.positions.get(i) for i in indexes], matched=[changes.matched.get(i) for i in indexes])
         kept = set(deletes.added.column("path").to_pylist())
         dropped = deletes.removed.filter(pc.invert(pc.is_in(deletes.removed.column("path"), pa.array(sorted(kept), pa.string()))))
         metrics.update(
@@ -604,6 +604,8 @@ def merge(
     changes = _RowChanges(dv_mode)
     counts = dict.fromkeys(("updated", "deleted", "inserted"), 0)
 
+    if dv_mode:
+        changes.matched = {i: m.column(ROW_INDEX).combine_chunks() for i, m in matches.items()}
     output = _Output(txn, schema)
 
     # Merge-on-read writes only the new row versions: of the old rows it needs just what the

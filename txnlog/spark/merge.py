@@ -245,7 +245,7 @@ def merge_into(
         written = live_rows(added)
         vectors = {"numDeletionVectorsAdded": 0, "numDeletionVectorsUpdated": 0, "numDeletionVectorsRemoved": 0}
         if merge_on_read:
-            deletes = stage_row_deletes(txn, snapshot, hit, positions) if hit.num_rows else None
+            deletes = stage_row_deletes(txn, hit, positions, exact=False) if hit.num_rows else None
             removed = added.slice(0, 0)
             if deletes is not None:
                 metrics_of_deletes = row_delete_metrics(deletes)

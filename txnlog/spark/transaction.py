@@ -261,7 +261,7 @@ class SparkTransaction:
         if merge_on_read:
             # only the new versions of the updated rows
             adds = self._write(new_rows, inserted=False, preserve_row_ids=row_ids)
-            deletes = stage_row_deletes(self.txn, snapshot, hit, positions)
+            deletes = stage_row_deletes(self.txn, hit, positions)
             self._staged(deletes.removed, deletes.added)
             metrics = row_delete_metrics(deletes)
             metrics["numUpdatedRows"] = metrics.pop("numDeletedRows")

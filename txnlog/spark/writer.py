@@ -44,7 +44,7 @@ from txnlog.spark.common import (
     require_dataframe,
 )
 from txnlog.spark.reader import FILE_COLUMN, ROW_INDEX_COLUMN, read_files
-from txnlog.write import RowDeletes, delete_rows, write_change_files
+from txnlog.write import RowDeletes, write_change_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -428,7 +428,7 @@ def remove_where(
     matches = F.coalesce(F.expr(predicate), F.lit(False))
     if txn.table_configuration.deletion_vectors_enabled:
         hit, positions = matching_positions(spark, snapshot, candidates, matches)
-        deletes = stage_row_deletes(txn, snapshot, hit, positions)
+        deletes = stage_row_deletes(txn, hit, positions)
         # Readers could tell these rows from the grown vectors (delta-spark writes no cdc file
         # here), but a reader that takes the protocol's rule literally would read the re-added
         # file's other rows as deleted and inserted: cdc files are exact for every reader, and
@@ -487,17 +487,12 @@ def positions_of(candidates: pa.Table, paths: pa.ChunkedArray | pa.Array, rows: 
     return candidates.take(order), positions
 
 
-def stage_row_deletes(txn: OptimisticTransaction, snapshot: Snapshot, files: pa.Table, positions: Sequence[pa.Array]) -> RowDeletes:
+def stage_row_deletes(txn: OptimisticTransaction, files: pa.Table, positions: Sequence[pa.Array], *, exact: bool = True) -> RowDeletes:
     """Mark ``positions[i]`` deleted in the deletion vector of ``files[i]`` (unioned with the
-    vector it has), writing the vector file on the driver, and stage the file actions."""
-    store = txn.location.store
-    old = snapshot.read_context().deleted_rows(files, store)
-    deletes = delete_rows(store, files, list(positions), old)
-    if deletes.removed.num_rows:
-        txn.remove_files(deletes.removed)
-    if deletes.added.num_rows:
-        txn.add_files(deletes.added)
-    return deletes
+    vector it has), writing the vector file on the driver, and stage the file actions.
+    ``exact``: the statement matched exactly these rows in the files it read (a DELETE's or
+    UPDATE's), which lets it commit through concurrent changes to other rows."""
+    return txn.delete_rows(files, list(positions), exact=exact)
 
 
 def files_with_matches(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, predicate: str) -> pa.Table:

@@ -45,7 +45,7 @@ from txnlog.log.commits import Commit, read_commits
 from txnlog.log.filenames import commit_path
 from txnlog.log.segment import CommitFile, commit_file, list_log
 from txnlog.storage.base import LogStore
-from txnlog.txn.conflicts import TransactionFootprint, Winners, check_conflicts
+from txnlog.txn.conflicts import Resolved, TransactionFootprint, Winners, check_conflicts
 from txnlog.txn.retry import RetryClock, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,7 @@ class Committer:
         txn_id: str,
         prepare: Callable[[int, list[Commit]], bytes],
         orphan_files: Callable[[], tuple[str, ...]],
+        rebase: Callable[[Winners], tuple[Resolved, dict[str, str]]] | None = None,
     ) -> None:
         self.store = store
         self.read_version = read_version
@@ -86,6 +87,7 @@ class Committer:
         self.txn_id = txn_id
         self.prepare = prepare
         self.orphan_files = orphan_files
+        self.rebase = rebase
         self.clock = RetryClock(policy)
         self.winners: list[Commit] = []
 
@@ -181,9 +183,17 @@ class Committer:
         if not commits:
             return None
         winners = Winners.of(commits)
+        hints: dict[str, str] = {}
         try:
+            if self.rebase is not None:
+                # Row-level resolution first: what it accounts for is no conflict.
+                resolved, hints = self.rebase(winners)
+                winners = winners.without(resolved)
             check_conflicts(self.footprint, winners)
         except CommitConflictError as e:
+            hint = hints.get(e.conflicting_file or "")
+            if hint and e.args:
+                e.args = (f"{e.args[0]}{hint}", *e.args[1:])
             e.attempts = self.clock.attempts
             e.orphan_files = self.orphan_files()
             raise

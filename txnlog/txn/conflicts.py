@@ -16,6 +16,7 @@ Two refinements over delta-spark:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,18 @@ class TransactionFootprint:
 
 
 @dataclass
+class Resolved:
+    """Winner file actions that a row-level rebase accounted for (txnlog.txn.rebase): the
+    checks skip them. ``removes``: (version, file key); ``adds``: (version, path)."""
+
+    removes: set[tuple[int, str]] = field(default_factory=set)
+    adds: set[tuple[int, str]] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.removes or self.adds)
+
+
+@dataclass
 class Winners:
     """The parts of a run of winning commits the checks look at, file actions as Arrow."""
 
@@ -65,6 +78,7 @@ class Winners:
     domains: dict[str, int]
     adds: pa.Table  # dataChange adds: FILES_SCHEMA + "version" + "blind"
     removes: pa.Table  # TOMBSTONES_SCHEMA + "version" + "key"
+    files_added: pa.Table  # every add, dataChange or not: FILES_SCHEMA + "version"
 
     @classmethod
     def of(cls, commits: list[Commit]) -> Winners:
@@ -103,8 +117,8 @@ class Winners:
         for kind in ("add", "remove"):
             if bodies[kind]:
                 tables[kind].append(_tag(table_from_log_dicts(bodies[kind], kind), pa.array(versions[kind], pa.int64())))
-        adds = concat(tables["add"], _tag(FILES_SCHEMA.empty_table(), pa.array([], pa.int64())).schema)
-        adds = adds.filter(pc.fill_null(adds.column("data_change"), True))
+        every_add = concat(tables["add"], _tag(FILES_SCHEMA.empty_table(), pa.array([], pa.int64())).schema)
+        adds = every_add.filter(pc.fill_null(every_add.column("data_change"), True))
         adds = adds.append_column("blind", pc.is_in(adds.column("version"), value_set=pa.array(blind_versions, pa.int64())))
         removes = concat(tables["remove"], _tag(TOMBSTONES_SCHEMA.empty_table(), pa.array([], pa.int64())).schema)
         removes = removes.append_column("key", file_keys(removes))
@@ -117,15 +131,37 @@ class Winners:
             domains=domains,
             adds=adds.sort_by("version"),
             removes=removes.sort_by("version"),
+            files_added=every_add.sort_by("version"),
         )
 
     def txn_ids(self) -> dict[int, str | None]:
         return {v: (info.txn_id if info else None) for v, info in self.infos.items()}
 
+    def operation(self, version: int) -> str | None:
+        info = self.infos.get(version)
+        return info.operation if info else None
+
+    def without(self, resolved: Resolved) -> Winners:
+        """These winners minus the file actions a rebase accounted for."""
+        if not resolved:
+            return self
+        return dataclasses.replace(
+            self,
+            adds=self.adds.filter(pc.invert(_among(self.adds, "path", resolved.adds))),
+            removes=self.removes.filter(pc.invert(_among(self.removes, "key", resolved.removes))),
+        )
+
     def describe(self, version: int) -> str:
         info = self.infos.get(version)
         operation = info.operation if info and info.operation else "unknown operation"
         return f"version {version} ({operation})"
+
+
+def _among(table: pa.Table, column: str, pairs: set[tuple[int, str]]) -> pa.Array:
+    if not pairs or not table.num_rows:
+        return pa.repeat(pa.scalar(False), table.num_rows)
+    rows = zip(table.column("version").to_pylist(), table.column(column).to_pylist(), strict=True)
+    return pa.array([row in pairs for row in rows], pa.bool_())
 
 
 def _tag(table: pa.Table, versions: pa.Array) -> pa.Table:
@@ -262,4 +298,4 @@ def _deletes(mine: TransactionFootprint, winners: Winners, who: Any, facts: Any)
     return out
 
 
-__all__ = ["TransactionFootprint", "Winners", "check_conflicts"]
+__all__ = ["Resolved", "TransactionFootprint", "Winners", "check_conflicts"]

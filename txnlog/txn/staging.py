@@ -159,6 +159,27 @@ class FileActions:
         return Commit(version, path, modification_time, rows, ColumnarFileActions(adds, add_lines, self.removes, remove_lines), checked=True)
 
 
+def tombstones(files: pa.Table, data_change: bool) -> pa.Table:
+    """Removes (``TOMBSTONES_SCHEMA``) of ``files`` (the ``Snapshot.files()`` layout), now."""
+    n = files.num_rows
+    return pa.Table.from_arrays(
+        [
+            files.column("path"),
+            pa.repeat(pa.scalar(_now_ms(), pa.int64()), n),
+            pa.repeat(pa.scalar(data_change), n),
+            pa.repeat(pa.scalar(True), n),
+            files.column("partition_values"),
+            files.column("size"),
+            files.column("stats"),
+            files.column("tags"),
+            files.column("deletion_vector"),
+            files.column("base_row_id"),
+            files.column("default_row_commit_version"),
+        ],
+        schema=TOMBSTONES_SCHEMA,
+    )
+
+
 def _any_change(files: pa.Table | None) -> bool:
     return bool(files is not None and files.num_rows and pc.any(pc.fill_null(files.column("data_change"), True)).as_py())
 
@@ -263,24 +284,7 @@ class StagedFiles:
             raise FileNotLiveError(
                 f"remove_files: {path} is not a live file of {self.uri} at the transaction's read version", path=path
             )
-        n = table.num_rows
-        removes = pa.Table.from_arrays(
-            [
-                table.column("path"),
-                pa.repeat(pa.scalar(_now_ms(), pa.int64()), n),
-                pa.repeat(pa.scalar(data_change), n),
-                pa.repeat(pa.scalar(True), n),
-                table.column("partition_values"),
-                table.column("size"),
-                table.column("stats"),
-                table.column("tags"),
-                table.column("deletion_vector"),
-                table.column("base_row_id"),
-                table.column("default_row_commit_version"),
-            ],
-            schema=TOMBSTONES_SCHEMA,
-        )
-        self._parts.append(("remove", removes))
+        self._parts.append(("remove", tombstones(table, data_change)))
 
     def _live_keys(self) -> pa.Array:
         keys = [self.live_keys(), *(file_keys(t) for _, t in self._tables("add"))]

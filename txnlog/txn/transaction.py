@@ -47,13 +47,15 @@ from txnlog.storage.location import TableLocation
 from txnlog.table_configuration import TableConfiguration
 from txnlog.txn import row_tracking
 from txnlog.txn.committer import Committer
-from txnlog.txn.conflicts import TransactionFootprint
+from txnlog.txn.conflicts import Resolved, TransactionFootprint, Winners
 from txnlog.txn.hooks import HookFailure, HookRegistry, PostCommitContext
 from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.metadata import updated_metadata
+from txnlog.txn.rebase import Rebase, RebaseStep
 from txnlog.txn.retry import RetryPolicy
-from txnlog.txn.staging import FileActions, StagedFiles
+from txnlog.txn.staging import FileActions, StagedFiles, tombstones
 from txnlog.write.context import WriteContext
+from txnlog.write.deletion_vectors import RowDeletes, delete_rows
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +68,16 @@ class CommitResult(int):
     attempts: int
     hook_failures: tuple[HookFailure, ...]
     txn_id: str
+    rebased: tuple[RebaseStep, ...]
 
-    def __new__(cls, version: int, *, attempts: int, hook_failures: Sequence[HookFailure], txn_id: str) -> CommitResult:
+    def __new__(
+        cls, version: int, *, attempts: int, hook_failures: Sequence[HookFailure], txn_id: str, rebased: Sequence[RebaseStep] = ()
+    ) -> CommitResult:
         obj = super().__new__(cls, version)
         obj.attempts = attempts
         obj.hook_failures = tuple(hook_failures)
         obj.txn_id = txn_id
+        obj.rebased = tuple(rebased)
         return obj
 
     @property
@@ -154,6 +160,8 @@ class OptimisticTransaction:
         self._txns: dict[str, Txn] = {}
         self._domains: dict[str, DomainMetadata] = {}
         self._metrics: dict[str, int] = {}
+        self._rebase: Rebase | None = None
+        self._rows_read_exactly = True
         self._state = "open"
         self.result: CommitResult | None = None
 
@@ -321,6 +329,38 @@ class OptimisticTransaction:
         self._ensure_open()
         self._staging().remove(files, data_change=data_change)
 
+    def delete_rows(
+        self,
+        files: pa.Table,
+        positions: Sequence[pa.Array | None],
+        *,
+        matched: Sequence[pa.Array | None] | None = None,
+        exact: bool = True,
+    ) -> RowDeletes:
+        """Merge-on-read: mark rows ``positions[i]`` (physical positions) of ``files[i]`` (rows
+        of ``filter_files()``) deleted, unioned with each file's vector; stages the file actions.
+
+        What the transaction matched is what lets it commit through concurrent row-level
+        changes (txnlog.txn.rebase): with ``exact`` (the default), its condition matched the
+        deleted rows plus ``matched[i]`` in each file given, and nothing in the other files it
+        read. ``exact=False`` when that is not known: a concurrent deletion in these files then
+        conflicts, as it does without this method."""
+        self._ensure_open()
+        if self.snapshot is None:
+            raise TransactionError(f"{self.uri} does not exist yet: there are no rows to delete")
+        store = self.location.store
+        ctx = self.snapshot.read_context()
+        deletes = delete_rows(store, files, list(positions), ctx.deleted_rows(files, store))
+        if deletes.removed.num_rows:
+            self.remove_files(deletes.removed)
+        if deletes.added.num_rows:
+            self.add_files(deletes.added)
+        if self._rebase is None:
+            self._rebase = Rebase(self.uri, store, ctx, row_ids=self.table_configuration.row_tracking_enabled)
+        self._rebase.add_targets(files, positions, matched, exact, deletes)
+        self._rows_read_exactly = self._rows_read_exactly and exact
+        return deletes
+
     def add_cdc_files(self, files: Iterable[AddCDCFile]) -> None:
         """Stage change-data files (for tables with change data feed)."""
         self._ensure_open()
@@ -436,6 +476,20 @@ class OptimisticTransaction:
             return self._requested_isolation
         return IsolationLevel.parse(config.isolation_level)
 
+    def _rebase_for(self, config: TableConfiguration, files: FileActions) -> Rebase | None:
+        """What can rebase this commit at row level over winners: a merge-on-read DML's, or,
+        for a compaction on a table with row tracking, one that carries deletions onto its output."""
+        if self._rebase is not None:
+            if self._rows_read_exactly and self._read_keys:
+                self._rebase.read_keys = pa.concat_arrays([k.cast(pa.string()) for k in self._read_keys])
+            return self._rebase
+        compaction = files.changes_data() is False and self._metadata is None and self._protocol is None and not self._txns
+        if not (compaction and config.row_tracking_enabled and self.snapshot is not None and files.adds is not None and files.removes.num_rows):
+            return None
+        rebase = Rebase(self.uri, self.location.store, self.snapshot.read_context(), row_ids=True)
+        rebase.compaction(files.removes, files.adds)
+        return rebase
+
     def _is_blind_append(self, removes: pa.Table) -> bool:
         return not removes.num_rows and not self._read_keys and not self.read_predicates and not self._read_whole_table
 
@@ -465,7 +519,10 @@ class OptimisticTransaction:
         metrics.update(self._metrics)
         return {k: str(v) for k, v in metrics.items()}
 
-    def _header(self, version: int, txn_id: str, isolation: IsolationLevel, blind: bool, previous_ict: int | None, metrics: dict[str, str]) -> list[dict[str, Any]]:
+    def _header(
+        self, version: int, txn_id: str, isolation: IsolationLevel, blind: bool, previous_ict: int | None, metrics: dict[str, str],
+        rebased: Sequence[RebaseStep] = (),
+    ) -> list[dict[str, Any]]:
         """commitInfo, protocol and metaData for an attempt at ``version``."""
         now = _now_ms()
         metadata = self._metadata
@@ -494,6 +551,7 @@ class OptimisticTransaction:
             operation_metrics=metrics,
             in_commit_timestamp=ict,
             user_metadata=self.user_metadata,
+            other={props.REBASE_COMMIT_INFO_KEY: [step.as_json() for step in rebased]} if rebased else {},
         )
         head: list[Action] = [info]
         if self._protocol is not None:
@@ -582,31 +640,58 @@ class OptimisticTransaction:
         ict_enabled = config.in_commit_timestamps_enabled
         headers: dict[int, list[dict[str, Any]]] = {}
         tracked: dict[int, tuple[FileActions, list[dict[str, Any]]]] = {}
+        attempted: dict[int, FileActions] = {}
         assigns_row_ids = config.row_tracking_supported and not config.table_property(props.ROW_TRACKING_SUSPENDED)
+        rebase = self._rebase_for(config, files)
+        footprint = self._footprint(isolation, removes)
+
+        def current() -> FileActions:
+            """The file actions to commit now: as staged, or rebased over the winners."""
+            if rebase is None or not rebase.moved:
+                return files
+            adds = files.adds if files.adds is not None else FILES_SCHEMA.empty_table()
+            rebased_removes, rebased_adds = rebase.files(files.removes, adds, tombstones)
+            return FileActions(rebased_removes, adds=rebased_adds)
 
         def prepare(version: int, winners: list[Commit]) -> bytes:
             previous_ict = self._previous_ict(version, winners) if ict_enabled else None
-            headers[version] = self._header(version, txn_id, isolation, blind, previous_ict, metrics)
+            steps = rebase.steps if rebase is not None else []
+            headers[version] = self._header(version, txn_id, isolation, blind, previous_ict, metrics, steps)
             head = codec.dump_lines(headers[version])
+            now = attempted[version] = current()
             if assigns_row_ids:
                 # Fresh ids for each attempt: above the winners' high-water mark after a lost race.
-                with_ids, mark_rows = tracked[version] = self._with_row_ids(files, config, version, winners)
+                with_ids, mark_rows = tracked[version] = self._with_row_ids(now, config, version, winners)
                 lines = [
                     *(orjson.dumps(r) for r in head_rows + mark_rows),
                     *with_ids.lines(),
                     *(orjson.dumps(r) for r in cdc_rows),
                 ]
                 return head + b"\n".join(lines) + b"\n" if lines else head
+            if now is not files:
+                lines = [*(orjson.dumps(r) for r in head_rows), *now.lines(), *(orjson.dumps(r) for r in cdc_rows)]
+                return head + b"\n".join(lines) + b"\n" if lines else head
             return head + body + b"\n" if body else head
+
+        def absorb(winners: Winners) -> tuple[Resolved, dict[str, str]]:
+            assert rebase is not None
+            resolved, hints = rebase.absorb(winners)
+            if rebase.moved:
+                # The files the commit removes now are the ones later winners must not touch.
+                keys = file_keys(current().removes).cast(pa.string())
+                footprint.removed_keys = keys
+                footprint.read_file_keys = pa.concat_arrays([footprint.read_file_keys.cast(pa.string()), keys])
+            return resolved, hints
 
         committer = Committer(
             self.location.store,
             read_version=self.read_version,
-            footprint=self._footprint(isolation, removes),
+            footprint=footprint,
             policy=self._retry_policy or RetryPolicy.from_configuration(metadata.configuration),
             txn_id=txn_id,
             prepare=prepare,
             orphan_files=lambda: self.orphan_files,
+            rebase=absorb if rebase is not None else None,
         )
         try:
             published = committer.publish()
@@ -619,9 +704,13 @@ class OptimisticTransaction:
             committed, mark_rows = tracked[version]
             own = committed.commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + mark_rows + cdc_rows)
         else:
-            own = files.commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + cdc_rows)
+            own = attempted.get(version, files).commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + cdc_rows)
         failures = self._after_commit(version, published.winners, own, config)
-        self.result = CommitResult(version, attempts=published.attempts, hook_failures=failures, txn_id=txn_id)
+        rebased = rebase.steps if rebase is not None else []
+        if rebased:
+            log.info("commit %d to %s rebased at row level over %s", version, self.uri,
+                     ", ".join(f"version {step.version} ({step.operation}, {step.kind})" for step in rebased))
+        self.result = CommitResult(version, attempts=published.attempts, hook_failures=failures, txn_id=txn_id, rebased=rebased)
         return self.result
 
     def _after_commit(self, version: int, winners: list[Commit], own: Commit, config: TableConfiguration) -> list[HookFailure]:
