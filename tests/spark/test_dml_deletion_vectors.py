@@ -17,7 +17,7 @@ import pytest
 import txnlog
 import txnlog.spark as ts
 from tests.duckdb_delta import duckdb_delta
-from txnlog.errors import CommitConflictError, ConcurrentDeleteReadError, DuplicateMatchError
+from txnlog.errors import ConcurrentDeleteReadError, ConcurrentRowsError, DuplicateMatchError
 from txnlog.spark.merge import merge, merge_into
 
 pytestmark = pytest.mark.spark
@@ -262,11 +262,20 @@ def test_concurrent_commits_on_the_marked_files_conflict(spark: Any, tmp_path: P
             with table.transaction("DELETE") as other:
                 other.remove_files(other.filter_files("id < 10"))
 
-    # Two DELETEs marking rows of the same file: the second to commit loses.
+    # Two statements marking the same row of a file: the second to commit loses, naming it.
     txn = table.transaction("MERGE")
     merge_into(txn, spark, _source(spark, [(12, "b", 0.0, "x")]), "id", when_matched_delete=True)
-    with pytest.raises(CommitConflictError):
+    with pytest.raises(ConcurrentRowsError, match="row positions 2"):
         with ts.transaction(spark, uri, operation="DELETE") as tx:
-            tx.delete("id = 13")
+            tx.delete("id = 12")
             txn.commit()  # the MERGE wins
     assert sorted(r.id for r in ts.read(spark, uri).collect()) == [i for i in range(10, 20) if i != 12]
+
+    # Other rows of the same file: the loser's vector is unioned with the winner's; both commit.
+    txn = table.transaction("MERGE")
+    merge_into(txn, spark, _source(spark, [(14, "b", 0.0, "x")]), "id", when_matched_delete=True)
+    with ts.transaction(spark, uri, operation="DELETE") as tx:
+        tx.delete("id = 13")
+        won = txn.commit()
+    assert [(s.version, s.kind) for s in tx.txn.result.rebased] == [(won.version, "deletion vector")]
+    assert sorted(r.id for r in ts.read(spark, uri).collect()) == [i for i in range(10, 20) if i not in (12, 13, 14)]
