@@ -252,6 +252,15 @@ class Table:
         with self.transaction("UPDATE", isolation) as txn:
             return self._commit_if_changed(txn, dml.update(txn, predicate, set or {}))
 
+    def optimize(self, predicate: str | None = None, *, min_files: int = 2) -> CommitResult | None:
+        """``OPTIMIZE`` (compaction): rewrite the small files of each partition holding rows that
+        match ``predicate``, and files with deletion vectors, into files of
+        ``delta.targetFileSize``, as a ``dataChange=false`` commit. On a table with row tracking
+        every row keeps its row id, so concurrent merge-on-read DML commits through it (see
+        docs/concurrency.md). The committed version, or None when there was nothing to compact."""
+        with self.transaction("OPTIMIZE") as txn:
+            return self._commit_if_changed(txn, dml.compact(txn, predicate, min_files=min_files))
+
     def merge(
         self,
         source: pa.Table | pa.RecordBatchReader,

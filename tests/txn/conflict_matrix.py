@@ -43,11 +43,7 @@ def begin(table: Table, operation: str, ids: tuple[int, ...], relation: str, *, 
     elif operation == "MERGE":
         dml.merge(txn, pa.table({"id": list(ids), "v": [7] * len(ids)}, schema=SCHEMA), "id", when_matched_update="*")
     elif operation == "OPTIMIZE":
-        files = txn.filter_files("id >= 10" if winner and relation == "other files" else "id < 10")
-        assert txn.snapshot is not None
-        rows = txn.snapshot.read_context().read(files, row_id="row_id", row_commit_version="row_commit_version")
-        txn.write(rows, data_change=False, preserve_row_ids=True)
-        txn.remove_files(files, data_change=False)
+        dml.compact(txn, "id >= 10" if winner and relation == "other files" else "id < 10", min_files=1)
     else:  # a blind append: of a row the other side's rows name, or of new ids
         new = (ids[0],) if relation == "same rows" else (100, 101)
         txn.write(pa.table({"id": list(new), "v": [0] * len(new)}, schema=SCHEMA))

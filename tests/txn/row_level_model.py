@@ -79,13 +79,7 @@ def begin(table: Table, op: Op) -> OptimisticTransaction | None:
         txn.write(pa.table({"id": list(op.ids), "v": [op.value] * len(op.ids)}, schema=SCHEMA))
         changed = True
     else:  # optimize: every live row rewritten with its row id, dataChange=false
-        files = txn.filter_files(None)
-        changed = files.num_rows > 1
-        if changed:
-            assert txn.snapshot is not None
-            rows = txn.snapshot.read_context().read(files, row_id="row_id", row_commit_version="row_commit_version")
-            txn.write(rows, data_change=False, preserve_row_ids=True)
-            txn.remove_files(files, data_change=False)
+        changed = dml.compact(txn).changed
     if not changed:
         txn.abort()
         return None

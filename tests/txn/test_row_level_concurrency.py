@@ -27,17 +27,9 @@ def make_table(path: Path, properties: dict[str, str] = ROW_LEVEL, files: int = 
 
 
 def compact(table: Table) -> int:
-    """What OPTIMIZE does, through the public transaction API: rewrite every live row, keeping
-    its row id, as a dataChange=false commit."""
-    with table.transaction("OPTIMIZE") as txn:
-        files = txn.filter_files(None)
-        tracking = txn.table_configuration.row_tracking_enabled
-        rows = txn.snapshot.read_context().read(files, row_id="row_id" if tracking else None,
-                                                 row_commit_version="row_commit_version" if tracking else None)
-        txn.write(rows, data_change=False, preserve_row_ids=tracking)
-        txn.remove_files(files, data_change=False)
-    assert txn.result is not None
-    return txn.result.version
+    version = table.optimize()
+    assert version is not None
+    return int(version)
 
 
 def rows(table: Table) -> list[tuple]:
@@ -130,10 +122,7 @@ def test_the_same_rows_conflict_naming_the_file_and_rows(tmp_path: Path) -> None
 def test_compaction_carries_a_concurrent_delete_onto_its_output(tmp_path: Path) -> None:
     table = make_table(tmp_path / "t")
     optimize = table.transaction("OPTIMIZE")
-    files = optimize.filter_files(None)
-    data = optimize.snapshot.read_context().read(files, row_id="row_id", row_commit_version="row_commit_version")
-    optimize.write(data, data_change=False, preserve_row_ids=True)
-    optimize.remove_files(files, data_change=False)
+    dml.compact(optimize)
     deleted = table.delete("id in (0, 17, 29)")
     result = optimize.commit()
     assert [(s.version, s.operation, s.kind) for s in result.rebased] == [(deleted.version, "DELETE", "deletion vector")]

@@ -4,11 +4,12 @@ Each function stages its changes in an open transaction (the caller commits) and
 operation metrics it records in ``commitInfo`` (delta-spark's names). Tables with
 ``delta.enableDeletionVectors=true`` are changed merge-on-read (deletion vectors), the others
 copy-on-write. :class:`txnlog.Table`'s ``delete``, ``update`` and ``merge`` wrap these in a
-transaction of their own. The MERGE clauses (:class:`MergeCondition`, :func:`merge_parameters`,
+transaction of their own, as ``optimize`` wraps :func:`compact` (OPTIMIZE). The MERGE clauses (:class:`MergeCondition`, :func:`merge_parameters`,
 :func:`assignments`, :func:`key_range_predicate`) are shared with ``txnlog.spark.merge``.
 """
 
 from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_range_predicate, merge_parameters, quote_name
+from txnlog.dml.compaction import compact
 from txnlog.dml.operations import DmlResult, Metrics, delete, merge, update
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "MergeCondition",
     "Metrics",
     "assignments",
+    "compact",
     "delete",
     "key_range_predicate",
     "merge",
