@@ -325,6 +325,13 @@ OPTIMIZE_MAX_DELETED_ROWS_RATIO = _p(
     "OPTIMIZE rewrites a file whose deletion vector deletes more than this fraction of its rows, "
     "whatever its size (delta-spark's spark.databricks.delta.optimize.maxDeletedRowsRatio).",
 )
+ROW_LEVEL_CONCURRENCY = _p(
+    "txnlog.rowLevelConcurrency.enabled",
+    parse_bool,
+    "true",
+    "A merge-on-read DML that loses to a compaction or to a deletion vector on other rows of its files is rebased "
+    "instead of failing, and a compaction carries a concurrent deletion vector onto its output (docs/concurrency.md).",
+)
 
 # --- maintenance (txnlog.maintenance: log expiry, consumers) ----------------------------------
 

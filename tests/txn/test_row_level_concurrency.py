@@ -165,3 +165,13 @@ def test_a_winner_adding_rows_the_delete_would_match_still_conflicts(tmp_path: P
     table.update("id = 20", {"v": "1"})  # a new row that the DELETE would have matched
     with pytest.raises(Exception, match="matches this transaction's read predicate|read"):
         txn2.commit()
+
+
+def test_row_level_concurrency_can_be_turned_off(tmp_path: Path) -> None:
+    table = make_table(tmp_path / "t", {**ROW_LEVEL, "txnlog.rowLevelConcurrency.enabled": "false"})
+    txn = table.transaction("DELETE")
+    dml.delete(txn, "id = 3")
+    compact(table)
+    with pytest.raises(ConcurrentDeleteDeleteError) as caught:
+        txn.commit()
+    assert "row tracking" not in str(caught.value)  # it is on: the property is what stops the rebase

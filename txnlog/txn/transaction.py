@@ -479,6 +479,8 @@ class OptimisticTransaction:
     def _rebase_for(self, config: TableConfiguration, files: FileActions) -> Rebase | None:
         """What can rebase this commit at row level over winners: a merge-on-read DML's, or,
         for a compaction on a table with row tracking, one that carries deletions onto its output."""
+        if not config.table_property(props.ROW_LEVEL_CONCURRENCY):
+            return None
         if self._rebase is not None:
             if self._rows_read_exactly and self._read_keys:
                 self._rebase.read_keys = pa.concat_arrays([k.cast(pa.string()) for k in self._read_keys])
