@@ -175,3 +175,24 @@ def test_row_level_concurrency_can_be_turned_off(tmp_path: Path) -> None:
     with pytest.raises(ConcurrentDeleteDeleteError) as caught:
         txn.commit()
     assert "row tracking" not in str(caught.value)  # it is on: the property is what stops the rebase
+
+
+def test_a_winners_new_rows_are_judged_by_their_values_not_only_their_stats(tmp_path: Path) -> None:
+    """The winner's new row versions (ids 5 and 20) have stats [5, 20], which may hold id 6 that
+    the loser reads; their values do not, so the loser commits."""
+    table = make_table(tmp_path / "t")
+    loser, winner = table.transaction("UPDATE"), table.transaction("UPDATE")
+    dml.update(loser, "id in (6, 25)", {"v": "v + 1"})
+    dml.update(winner, "id in (5, 20)", {"v": "v + 2"})
+    winner.commit()
+    loser.commit()
+    expected = [(i, {6: 1, 25: 1, 5: 2, 20: 2}.get(i, 0)) for i in range(30)]
+    assert rows(table) == expected == independent_rows(table)
+    # Without the rebase the stats alone decide, as before.
+    table2 = make_table(tmp_path / "t2", {**ROW_LEVEL, "txnlog.rowLevelConcurrency.enabled": "false"})
+    loser, winner = table2.transaction("UPDATE"), table2.transaction("UPDATE")
+    dml.update(loser, "id in (6, 25)", {"v": "v + 1"})
+    dml.update(winner, "id in (5, 20)", {"v": "v + 2"})
+    winner.commit()
+    with pytest.raises(CommitConflictError):
+        loser.commit()

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.errors import ConcurrentRowsError
+from txnlog.expressions import FilePredicate
 from txnlog.file_facts import file_keys
 from txnlog.log.file_actions import FILES_SCHEMA
 from txnlog.read import ReadContext
@@ -36,6 +37,8 @@ from txnlog.storage.base import LogStore
 from txnlog.txn.conflicts import Resolved, Winners
 from txnlog.write import RowDeletes, delete_rows
 
+#: The most bytes of a winner's new files read to judge read predicates on rows.
+NEW_ROWS_BYTES = 64 * 1024 * 1024
 _ROW = "__txnlog_position"
 _ID = "__txnlog_row_id"
 _NO_ROWS = np.array([], dtype=np.uint64)
@@ -102,6 +105,7 @@ class Rebase:
         self.targets: list[RowTarget] = []
         self.staged: list[RowDeletes] = []  # what the DML staged at its read version
         self.read_keys: pa.Array | None = None  # other files it read and matched nothing in
+        self.read_predicates: list[FilePredicate] = []  # judged on a winner's new rows, not only its stats
         self.sources: list[pa.Table] = []  # a compaction's removed files, as it would remove them now
         self.outputs: pa.Table | None = None  # a compaction's new files
         self.carried: dict[int, np.ndarray] = {}  # output index -> positions deleted since
@@ -141,7 +145,34 @@ class Rebase:
                 self._carry(version, operation, removes, added, outcome)
             else:
                 self._rebase(version, operation, removes, added, outcome)
+        if self.outputs is None and self.read_predicates:
+            self._check_new_rows(winners, outcome)
         return outcome.resolved, outcome.hints
+
+    def _check_new_rows(self, winners: Winners, outcome: _Outcome) -> None:
+        """A winner's new files whose stats may hold rows matching this transaction's read
+        predicates, read (the predicates' columns only) to see whether a row does: the ones
+        where none does are no concurrent append to it. Up to NEW_ROWS_BYTES of files; beyond,
+        the stats decide as before."""
+        adds = winners.adds
+        if not adds.num_rows:
+            return
+        files = adds.drop_columns(["version", "blind"])
+        candidates = pa.repeat(pa.scalar(False), adds.num_rows)
+        for predicate in self.read_predicates:
+            candidates = pc.or_(candidates, pc.fill_null(predicate.may_match(files), False))
+        chosen = pc.indices_nonzero(candidates).to_pylist()
+        sizes = adds.column("size").to_pylist()
+        if not chosen or sum(sizes[i] or 0 for i in chosen) > NEW_ROWS_BYTES:
+            return
+        versions, paths = adds.column("version").to_pylist(), adds.column("path").to_pylist()
+        for i in chosen:
+            if (versions[i], paths[i]) in outcome.resolved.adds:
+                continue
+            file = files.slice(i, 1)
+            if not any(self.ctx.read(file, columns=[], row_filter=p.rows(), filter_columns=p.columns, store=self.store).num_rows
+                       for p in self.read_predicates):
+                outcome.resolved.adds.add((versions[i], paths[i]))
 
     def _rebase(self, version: int, operation: str | None, removes: pa.Table, added: pa.Table, outcome: _Outcome) -> None:
         removed = dict(zip(removes.column("key").to_pylist(), range(removes.num_rows), strict=True))

@@ -484,6 +484,8 @@ class OptimisticTransaction:
         if self._rebase is not None:
             if self._rows_read_exactly and self._read_keys:
                 self._rebase.read_keys = pa.concat_arrays([k.cast(pa.string()) for k in self._read_keys])
+            if not self._read_whole_table:
+                self._rebase.read_predicates = list(self.read_predicates)
             return self._rebase
         compaction = files.changes_data() is False and self._metadata is None and self._protocol is None and not self._txns
         if not (compaction and config.row_tracking_enabled and self.snapshot is not None and files.adds is not None and files.removes.num_rows):
