@@ -21,14 +21,17 @@ def compact(txn: OptimisticTransaction, predicate: str | None = None, *, min_fil
     rewritten, partition by partition, where a partition has at least ``min_files`` files or a
     file has a deletion vector; the metrics it records (delta-spark's names)."""
     start = time.monotonic()
-    files = txn.filter_files(predicate)
+    snapshot = txn.snapshot
+    if snapshot is None:
+        return DmlResult({"numAddedFiles": 0, "numRemovedFiles": 0}, False)
+    # No read is recorded: the rows do not change, so only a concurrent remove of the files it
+    # rewrites matters, which the remove of each one guards (as Spark's OPTIMIZE).
+    files = snapshot.files(snapshot.predicate(predicate) if predicate else None)
     txn.operation_parameters.setdefault("predicate", orjson.dumps([predicate] if predicate else []).decode())
     txn.operation_parameters.setdefault("zOrderBy", "[]")
     chosen = _worth_compacting(files, min_files)
     if not chosen.num_rows:
         return DmlResult({"numAddedFiles": 0, "numRemovedFiles": 0}, False)
-    snapshot = txn.snapshot
-    assert snapshot is not None  # filter_files found files
     tracking = txn.table_configuration.row_tracking_enabled
     ctx = snapshot.read_context()
     added = []
