@@ -150,17 +150,20 @@ class Rebase:
         return outcome.resolved, outcome.hints
 
     def _check_new_rows(self, winners: Winners, outcome: _Outcome) -> None:
-        """A winner's new files whose stats may hold rows matching this transaction's read
-        predicates, read (the predicates' columns only) to see whether a row does: the ones
-        where none does are no concurrent append to it. Up to NEW_ROWS_BYTES of files; beyond,
+        """New files of a winning DML (not a blind append) whose stats may hold rows matching
+        this transaction's read predicates, read (the predicates' columns only) to see whether a
+        row does: the ones where none does are no conflict. Up to NEW_ROWS_BYTES of files; beyond,
         the stats decide as before."""
         adds = winners.adds
         if not adds.num_rows:
             return
         files = adds.drop_columns(["version", "blind"])
+        # Blind appends stay judged as before, by their files' stats; the new row versions of a
+        # winning DML are what rows of other statements on the same files look like.
         candidates = pa.repeat(pa.scalar(False), adds.num_rows)
         for predicate in self.read_predicates:
             candidates = pc.or_(candidates, pc.fill_null(predicate.may_match(files), False))
+        candidates = pc.and_(candidates, pc.invert(pc.fill_null(adds.column("blind"), False)))
         chosen = pc.indices_nonzero(candidates).to_pylist()
         sizes = adds.column("size").to_pylist()
         if not chosen or sum(sizes[i] or 0 for i in chosen) > NEW_ROWS_BYTES:
