@@ -163,7 +163,7 @@ def read_independently(uri: str, columns: list[str]) -> pa.Table:
     try:
         quoted = ", ".join(f'"{c}"' for c in columns)
         path = uri.replace("'", "''")
-        return con.sql(f"SELECT {quoted} FROM delta_scan('{path}')").fetch_arrow_table()  # type: ignore[no-any-return]
+        return con.sql(f"SELECT {quoted} FROM delta_scan('{path}')").fetch_arrow_table()
     finally:
         con.close()
 
