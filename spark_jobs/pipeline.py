@@ -212,6 +212,7 @@ class Report:
         self.compactions = 0
         self.updates = 0
         self.compaction_reruns = 0  # DML statements re-run because they lost to an OPTIMIZE
+        self.dml_resolved_in_commit = 0  # DML commits that went through concurrent commits without a re-run
         self.errors: list[BaseException] = []
         self.change_rows: Counter[str] = Counter()
         self.totals_batches = 0
@@ -372,7 +373,15 @@ def update_job(spark: Any, args: argparse.Namespace, report: Report, stop: threa
                     report.updates += outcome.version is not None
                 if outcome.version is not None:
                     verb = "delete" if update_args.delete else "update"
-                    print(f"[update] version {outcome.version}: {verb} where {update_args.where}, {outcome.files} file(s) given a deletion vector", flush=True)
+                    read_version = _read_version(args.table, outcome.version)
+                    over = read_version is not None and read_version < outcome.version - 1
+                    resolved = ""
+                    if read_version is not None and over:
+                        resolved = f"; committed over versions {read_version + 1}..{outcome.version - 1}, checked against them: no conflict, nothing re-run"
+                    print(f"[update] version {outcome.version}: {verb} where {update_args.where}, "
+                          f"{outcome.files} file(s) given a deletion vector{resolved}", flush=True)
+                    with report.lock:
+                        report.dml_resolved_in_commit += over
             if stopping:  # one last pass after the stream stopped: every row is covered
                 return
             stop.wait(args.pause)
@@ -384,6 +393,15 @@ def _newest_day(uri: str) -> str | None:
     values = Table(uri).snapshot().files().column("partition_values").to_pylist()
     days = [dict(v).get("day") for v in values if v]
     return max((d for d in days if d), default=None)
+
+
+def _read_version(uri: str, version: int) -> int | None:
+    """The version the commit at ``version`` read (from its commitInfo)."""
+    table = Table(uri)
+    for entry in table.history(limit=table.latest_version() - version + 1):
+        if entry.version == version and entry.commit_info is not None:
+            return entry.commit_info.read_version
+    return None
 
 
 def _checkpoints(uri: str) -> int:
@@ -497,7 +515,8 @@ def run(spark: Any, args: argparse.Namespace) -> int:
           f"{len(ingest_batches)} batch(es), {ingest_commits} commit(s), "
           f"{len(rebased)} committed over concurrent commits (checked, no conflict: blind appends)")
     print(f"events       versions {first_version} -> {final.version}: " + ", ".join(f"{n} {op}" for op, n in sorted(operations.items())))
-    print(f"compaction   {report.compactions} commit(s); DML {report.updates} commit(s) (deletion vectors)")
+    print(f"compaction   {report.compactions} commit(s); DML {report.updates} commit(s) (deletion vectors), "
+          f"{report.dml_resolved_in_commit} of them over concurrent commits without a re-run")
     print(f"hop 2        events change feed -> user_totals by foreachBatch MERGE (app {TOTALS_APP_ID}): {report.totals_batches} batch(es), "
           f"{stats.committed} commit(s), {stats.skipped} replayed batch(es) skipped; change rows "
           + (", ".join(f"{n} {kind}" for kind, n in sorted(report.change_rows.items())) or "none"))
