@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	-command -v npm >/dev/null && npm install --no-save --no-audit --no-fund --silent azurite
 	touch $(STAMP)
 
-# Ingest, compaction and updates run concurrently on local Spark against data/events; a second
-# `make run` ingests the next batches into the same table (`make clean` starts over).
+# Two streaming hops on local Spark: source files -> data/events (with compaction and DML running
+# concurrently on it) -> data/user_totals from its change feed; a second `make run` resumes both
+# streams with the next batches (`make clean` starts over).
 run: $(STAMP)
 	$(PY) spark_jobs/pipeline.py --table data/events
 

@@ -43,3 +43,21 @@ def local_session(app_name: str, master: str = "local[2]") -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def duckdb_delta() -> Any:
+    """A DuckDB connection with its delta extension (delta_scan, on delta-kernel-rs): an
+    independent reader of txnlog tables that, unlike deltalake, reads deletion vectors. The
+    extension comes from the duckdb-ext-delta package (DuckDB cannot download it here)."""
+    import importlib.util
+    from pathlib import Path
+
+    import duckdb
+
+    spec = importlib.util.find_spec("duckdb_ext")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the duckdb-ext-delta package is not installed: pip install duckdb-ext-delta (the dev extra has it)")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "extensions"
+    con = duckdb.connect(config={"extension_directory": str(folder)})
+    con.sql("LOAD delta")
+    return con

@@ -1,21 +1,29 @@
-"""The main job: streaming ingest, compaction and updates running concurrently on one table.
+"""The main job: a two-hop streaming pipeline, with compaction and DML running concurrently on
+the first table.
 
-On the embedded default (local Spark, a table under ./data), three jobs share one SparkSession:
+On the embedded default (local Spark, tables under ./data), one SparkSession runs:
 
-- **ingest** (spark_jobs.ingest_stream): a file stream of sales events, one source file per
-  micro-batch, written by the exactly-once foreachBatch sink (txn(appId, batchId));
-- **compact** (spark_jobs.compact): OPTIMIZE of the partitions older than the newest day, in a
-  loop: dataChange=false, so appends never fail it; it re-plans by itself when an update
-  rewrote a file it was compacting;
-- **update** (spark_jobs.update): copy-on-write DELETE of tiny orders and an UPDATE flagging
-  big ones, in a loop; both statements are idempotent, so re-running them after a conflict is
-  safe, and the job does (a conflict with compaction is always safe).
+- **hop 1, ingest** (spark_jobs.ingest_stream): a file stream of sales events, one source file
+  per micro-batch, into the table ``events`` through ``writeStream.format("txnlog")``, exactly
+  once by the query's id (kept in its checkpoint) and batch id. ``events`` has the change data
+  feed, deletion vectors and row tracking on;
+- **compact** (spark_jobs.compact): OPTIMIZE of the days older than the newest, in a loop
+  (dataChange=false, so appends never fail it; it re-plans by itself when a DML commit touched
+  a file it was compacting), then, once ingest is over, a final pass over every day, retried
+  until it commits or finds nothing to compact;
+- **update** (spark_jobs.update): a DELETE of tiny orders and an UPDATE flagging big ones, in a
+  loop, merge-on-read (deletion vectors); both statements are idempotent, so re-running them
+  after a conflict is safe, and the job does;
+- **hop 2, totals**: ``readStream.format("txnlog").option("readChangeFeed", "true")`` on
+  ``events`` -> per-user aggregates (events, amount, big events) MERGEd into ``user_totals`` by
+  a foreachBatch sink keyed by (app id, batch id): inserts and update postimages add, deletes
+  and update preimages subtract, so the totals always equal an aggregate over ``events``.
 
 Executors write every data file; the driver only commits. At the end the job prints what
-happened (versions, conflicts detected and how each was resolved, retries, checkpoints
-written, time) and verifies the table with an independent reader (delta-rs): every source row
-exactly once, with the updates and deletes applied (count and checksum against a reference
-computed from the source files). Run again on the same table, it ingests the next batches.
+happened on each hop (commits, conflicts and how each was resolved, retries, the statements
+re-run because of compaction) and verifies both tables with an independent reader (DuckDB's
+delta_scan, which reads deletion vectors) against references computed from the source files.
+Run again on the same tables, both streams resume from their checkpoints with the next batches.
 
 Run with ``make run``. Exit codes: 0 verified, 1 failed or verification mismatch, 2 bad
 arguments.
@@ -42,13 +50,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark_jobs import compact, ingest_stream, update
-from spark_jobs._common import FAILED, OK, local_session, setup_logging
+from spark_jobs._common import FAILED, OK, duckdb_delta, local_session, setup_logging
 from txnlog import Table
 from txnlog.errors import CommitConflictError
+from txnlog.spark import register
+from txnlog.spark.sink import ForeachBatchSink, is_compaction_conflict
 
 log = logging.getLogger("spark_jobs.pipeline")
 
-APP_ID = "spark_jobs.pipeline.ingest"
+#: The name of hop 1's query (its app id in the log is the query's id, from its checkpoint).
+INGEST_QUERY = "spark_jobs_pipeline_ingest"
+#: Hop 2's app id: its MERGE commits record (this id, batch id).
+TOTALS_APP_ID = "spark_jobs.pipeline.user_totals"
+TOTALS_QUERY = "spark_jobs_pipeline_user_totals"
 SCHEMA = pa.schema(
     [
         ("event_id", pa.int64()),
@@ -62,18 +76,29 @@ PROPERTIES = {
     # Delta's default for writers: blind appends (the stream) do not fail updates.
     "delta.isolationLevel": "WriteSerializable",
     "delta.checkpointInterval": "5",
+    # Hop 2 reads the change feed; the DML is merge-on-read and keeps stable row ids.
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableDeletionVectors": "true",
+    "delta.enableRowTracking": "true",
 }
+#: Per user: live events, their amount, how many are flagged big. Amounts are multiples of
+#: 1/256 (see source_batch), so adding and subtracting them in float64 is exact.
+TOTALS_SCHEMA = pa.schema([("user_id", pa.int64()), ("events", pa.int64()), ("amount", pa.float64()), ("big_events", pa.int64())])
+TOTALS_PROPERTIES = {"delta.checkpointInterval": "5"}
 DELETE_WHERE = "amount < 1"
 FLAG_WHERE = "flag IS NULL AND amount >= 90"
 FLAG_SET = "flag='big'"
 FIRST_DAY = dt.date(2024, 1, 1)
+# The final compaction pass gives up (and the job fails) after this many rounds lost to commits.
+FINAL_COMPACTION_ROUNDS = 50
 
 
-# -- the source and what the table must hold --------------------------------------------------
+# -- the source and what the tables must hold --------------------------------------------------
 
 
 def source_batch(k: int, rows: int) -> pa.Table:
-    """Source file ``k``: events k*rows .. (k+1)*rows-1 of day FIRST_DAY + k//2."""
+    """Source file ``k``: events k*rows .. (k+1)*rows-1 of day FIRST_DAY + k//2; amounts are
+    (n mod 1024) / 10.24, multiples of 1/256."""
     ids = pa.array(range(k * rows, (k + 1) * rows), pa.int64())
     day = (FIRST_DAY + dt.timedelta(days=k // 2)).isoformat()
     return pa.table(
@@ -104,11 +129,21 @@ def add_source_files(folder: Path, batches: int, rows: int) -> list[Path]:
 
 
 def expected_rows(folder: Path) -> pa.Table:
-    """The reference: every source row once, the DELETE and the UPDATE applied."""
+    """The reference of ``events``: every source row once, the DELETE and the UPDATE applied."""
     rows = pa.concat_tables(pq.read_table(p, schema=SCHEMA) for p in sorted(folder.glob("batch-*.parquet")))
     rows = rows.filter(pc.greater_equal(rows["amount"], 1.0))
     flag = pc.if_else(pc.greater_equal(rows["amount"], 90.0), pa.scalar("big"), rows["flag"])
     return rows.set_column(rows.schema.get_field_index("flag"), "flag", flag)
+
+
+def expected_totals(folder: Path) -> pa.Table:
+    """The reference of ``user_totals``: the per-user aggregate of ``expected_rows``."""
+    rows = expected_rows(folder)
+    big = pc.cast(pc.fill_null(pc.equal(rows["flag"], "big"), False), pa.int64())
+    grouped = rows.append_column("big", big).group_by("user_id").aggregate([("event_id", "count"), ("amount", "sum"), ("big", "sum")])
+    return pa.table(
+        [grouped["user_id"], grouped["event_id_count"], grouped["amount_sum"], grouped["big_sum"]], schema=TOTALS_SCHEMA
+    ).sort_by("user_id")
 
 
 def checksum(rows: pa.Table) -> int:
@@ -121,11 +156,21 @@ def checksum(rows: pa.Table) -> int:
     return int(pc.sum(mixed).as_py() or 0)
 
 
-def verify(uri: str, folder: Path) -> tuple[bool, str]:
-    """Compare the table as delta-rs reads it with the reference."""
-    import deltalake
+def read_independently(uri: str, columns: list[str]) -> pa.Table:
+    """The table as DuckDB's delta_scan (delta-kernel-rs) reads it: deletion vectors applied by
+    a reader that shares no code with txnlog."""
+    con = duckdb_delta()
+    try:
+        quoted = ", ".join(f'"{c}"' for c in columns)
+        path = uri.replace("'", "''")
+        return con.sql(f"SELECT {quoted} FROM delta_scan('{path}')").fetch_arrow_table()
+    finally:
+        con.close()
 
-    got = deltalake.DeltaTable(uri).to_pyarrow_table(columns=SCHEMA.names)
+
+def verify_events(uri: str, folder: Path) -> tuple[bool, str]:
+    """Compare ``events`` as DuckDB reads it with the reference."""
+    got = read_independently(uri, SCHEMA.names)
     want = expected_rows(folder)
     ids = got["event_id"]
     duplicated = got.num_rows - len(pc.unique(ids))
@@ -134,6 +179,23 @@ def verify(uri: str, folder: Path) -> tuple[bool, str]:
     return ok, (
         f"{got.num_rows} rows (reference {want.num_rows}), {duplicated} duplicated, {missing} missing, "
         f"checksum {checksum(got)} (reference {checksum(want)})"
+    )
+
+
+def verify_totals(uri: str, folder: Path) -> tuple[bool, str]:
+    """Compare ``user_totals`` as DuckDB reads it with the per-user aggregate of the reference."""
+    got = read_independently(uri, TOTALS_SCHEMA.names).cast(TOTALS_SCHEMA).sort_by("user_id")
+    want = expected_totals(folder)
+    got_rows = {r["user_id"]: r for r in got.to_pylist()}
+    want_rows = {r["user_id"]: r for r in want.to_pylist()}
+    wrong = sum(1 for user, row in want_rows.items() if got_rows.get(user) != row)
+    extra = len(got_rows.keys() - want_rows.keys())
+    ok = got.num_rows == want.num_rows and wrong == 0 and extra == 0
+    sums = [pc.sum(got[c]).as_py() for c in ("events", "amount", "big_events")]
+    return ok, (
+        f"{got.num_rows} users (reference {want.num_rows}), {wrong} wrong or missing, {extra} extra; "
+        f"events {sums[0]}, amount {sums[1]}, big {sums[2]} (reference {pc.sum(want['events']).as_py()}, "
+        f"{pc.sum(want['amount']).as_py()}, {pc.sum(want['big_events']).as_py()})"
     )
 
 
@@ -146,55 +208,151 @@ class Report:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.conflicts: Counter[str] = Counter()
-        self.resolutions: list[str] = []
         self.retries = 0
         self.compactions = 0
         self.updates = 0
+        self.compaction_reruns = 0  # DML statements re-run because they lost to an OPTIMIZE
+        self.dml_resolved_in_commit = 0  # DML commits that went through concurrent commits without a re-run
         self.errors: list[BaseException] = []
+        self.change_rows: Counter[str] = Counter()
+        self.totals_batches = 0
 
     def conflict(self, job: str, error: CommitConflictError, resolution: str) -> None:
         line = f"[{job}] conflict: {type(error).__name__} with version {error.winning_version} ({error.winning_operation}) -> {resolution}"
         print(line, flush=True)
         with self.lock:
             self.conflicts[type(error).__name__] += 1
-            self.resolutions.append(line)
 
 
-def ingest_job(spark: Any, args: argparse.Namespace, report: Report, done: threading.Event) -> Any:
+def start_ingest(spark: Any, args: argparse.Namespace) -> Any:
+    """Hop 1: the source files -> ``events`` by writeStream.format("txnlog"), AvailableNow.
+    Started from the thread that registered the data source (Spark looks the format up in
+    that thread's active session)."""
     stream_args = ingest_stream.parse_args(
-        ["--table", args.table, "--source-dir", str(args.source_dir), "--checkpoint", str(args.checkpoint), "--app-id", APP_ID,
-         "--partition-by", "day", "--available-now"]
+        ["--table", args.table, "--source-dir", str(args.source_dir), "--checkpoint", str(args.checkpoint), "--app-id", INGEST_QUERY,
+         "--sink", "format", "--available-now"]
     )
-    sink = ingest_stream.make_sink(stream_args)
+    return ingest_stream.start(spark, stream_args, None)
+
+
+def await_ingest(query: Any, report: Report, done: threading.Event) -> None:
     try:
-        ingest_stream.start(spark, stream_args, sink).awaitTermination()
+        query.awaitTermination()
     except BaseException as e:  # noqa: BLE001 - reported with the others
-        report.errors.append(sink.last_error or e)
+        report.errors.append(e)
     finally:
         done.set()
-    return sink
 
 
-def compact_job(spark: Any, args: argparse.Namespace, report: Report, stop: threading.Event) -> None:
+def totals_changes(batch_df: Any) -> Any:
+    """A micro-batch of ``events``' change feed -> per-user deltas: +1 for an inserted row or
+    an update's new image, -1 for a deleted row or an update's old image. Users whose deltas
+    are all zero (an update that changed no aggregated column) are left out."""
+    from pyspark.sql import functions as F
+
+    sign = F.when(F.col("_change_type").isin("insert", "update_postimage"), F.lit(1)).otherwise(F.lit(-1))
+    big = F.when(F.col("flag") == F.lit("big"), F.lit(1)).otherwise(F.lit(0))
+    deltas = batch_df.groupBy("user_id").agg(
+        F.sum(sign).cast("long").alias("events"),
+        F.sum(sign * F.col("amount")).cast("double").alias("amount"),
+        F.sum(sign * big).cast("long").alias("big_events"),
+    )
+    return deltas.where("events != 0 OR amount != 0 OR big_events != 0")
+
+
+class TotalsHop:
+    """Hop 2's foreachBatch function: the batch's change rows, summed per user, MERGEd into
+    ``user_totals`` in one commit with txn(TOTALS_APP_ID, batch id); a replayed batch is skipped."""
+
+    def __init__(self, uri: str, report: Report) -> None:
+        self.report = report
+        self.sink = ForeachBatchSink(
+            uri,
+            TOTALS_APP_ID,
+            mode="merge",
+            merge_on="user_id",
+            when_matched_update={"events": "t.events + s.events", "amount": "t.amount + s.amount", "big_events": "t.big_events + s.big_events"},
+            when_matched_delete="t.events + s.events = 0",  # the user's last event was deleted
+            when_not_matched_insert="*",
+        )
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        kinds = batch_df.groupBy("_change_type").agg(F.count("*").alias("n"), F.min("_commit_version").alias("lo"),
+                                                    F.max("_commit_version").alias("hi")).collect()
+        if not kinds:
+            return
+        counts = {r["_change_type"]: int(r["n"]) for r in kinds}
+        low, high = min(int(r["lo"]) for r in kinds), max(int(r["hi"]) for r in kinds)
+        before = self.sink.stats.versions[-1] if self.sink.stats.versions else None
+        skipped = self.sink.stats.skipped
+        self.sink(totals_changes(batch_df), batch_id)
+        stats = self.sink.stats
+        rows = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+        if stats.skipped > skipped:
+            outcome = "already committed: skipped (a replay)"
+        elif stats.versions and stats.versions[-1] != before:
+            outcome = f"user_totals version {stats.versions[-1]}"
+        else:
+            outcome = "nothing to change"
+        print(f"[totals] batch {batch_id}: events versions {low}..{high} ({rows}) -> {outcome}", flush=True)
+        with self.report.lock:
+            self.report.change_rows.update(counts)
+            self.report.totals_batches += 1
+
+
+def start_totals(spark: Any, args: argparse.Namespace, hop: TotalsHop) -> Any:
+    """Hop 2: ``events``' change feed -> ``user_totals``, a micro-batch every ``--pause`` seconds."""
+    register(spark)
+    changes = spark.readStream.format("txnlog").option("readChangeFeed", "true").load(args.table)
+    return (
+        changes.writeStream.foreachBatch(hop)
+        .option("checkpointLocation", str(args.totals_checkpoint))
+        .trigger(processingTime=f"{max(args.pause, 0.5)} seconds")
+        .queryName(TOTALS_QUERY)
+        .start()
+    )
+
+
+def _compact_once(spark: Any, args: argparse.Namespace, report: Report, where: str | None) -> tuple[bool, bool]:
+    """One optimize call: (committed, lost at least one race)."""
+    compact_args = compact.parse_args(["--table", args.table, *(["--where", where] if where else [])])
     try:
-        while True:
-            stopping = stop.is_set()
+        result = compact.optimize(spark, args.table, predicate=compact_args.where, max_attempts=compact_args.max_attempts)
+    except CommitConflictError as conflict:
+        print(f"[compact] conflict: every plan lost ({conflict}) -> tried again from the new snapshot", flush=True)
+        with report.lock:
+            report.conflicts["optimize re-plan"] += 1
+            report.retries += 1
+        return False, True
+    for text in result.conflicts:
+        print(f"[compact] conflict: {text.split(';')[0]} -> re-planned from the new snapshot", flush=True)
+        with report.lock:
+            report.conflicts["optimize re-plan"] += 1
+            report.retries += 1
+    if result.version is not None:
+        scope = f"where {where}" if where else "every day"
+        print(f"[compact] version {int(result.version)}: {result.files_removed} files -> {result.files_added} ({scope})", flush=True)
+        with report.lock:
+            report.compactions += 1
+    return result.version is not None, bool(result.conflicts)
+
+
+def compact_job(spark: Any, args: argparse.Namespace, report: Report, ingest_done: threading.Event) -> None:
+    """Compaction of the days before the newest while ingest runs; then a final pass over every
+    day, retried until it commits or a plan made on the latest table finds nothing to compact."""
+    try:
+        while not ingest_done.is_set():
             newest = _newest_day(args.table)
             if newest is not None:
-                compact_args = compact.parse_args(["--table", args.table, "--where", f"day < '{newest}'"])
-                result = compact.optimize(spark, args.table, predicate=compact_args.where, max_attempts=compact_args.max_attempts)
-                for text in result.conflicts:
-                    print(f"[compact] conflict: {text.split(';')[0]} -> re-planned from the new snapshot", flush=True)
-                    with report.lock:
-                        report.conflicts["optimize re-plan"] += 1
-                        report.retries += 1
-                if result.version is not None:
-                    print(f"[compact] version {int(result.version)}: {result.files_removed} files -> {result.files_added} (where day < '{newest}')", flush=True)
-                    with report.lock:
-                        report.compactions += 1
-            if stopping:
+                _compact_once(spark, args, report, f"day < '{newest}'")
+            ingest_done.wait(args.pause)
+        for _ in range(FINAL_COMPACTION_ROUNDS):
+            committed, lost = _compact_once(spark, args, report, None)
+            if committed or not lost:
                 return
-            stop.wait(args.pause)
+        raise RuntimeError(f"the final compaction of {args.table} lost {FINAL_COMPACTION_ROUNDS} rounds in a row")
     except BaseException as e:  # noqa: BLE001
         report.errors.append(e)
 
@@ -205,18 +363,25 @@ def update_job(spark: Any, args: argparse.Namespace, report: Report, stop: threa
         while True:
             stopping = stop.is_set()
             for statement in statements:
-                if not Table(args.table).exists():
-                    continue
                 update_args = update.parse_args(["--table", args.table, *statement, "--retry-conflicts", "5", "--compaction-retries", "10"])
                 outcome = update.run(spark, update_args)
                 for conflict in outcome.conflicts:
-                    report.conflict("update", conflict, "retried on the new snapshot (the statement is idempotent)")
+                    report.conflict("update", conflict, "statement re-run on the new snapshot (it is idempotent)")
                 with report.lock:
                     report.retries += outcome.retries
+                    report.compaction_reruns += sum(1 for c in outcome.conflicts if is_compaction_conflict(c))
                     report.updates += outcome.version is not None
                 if outcome.version is not None:
                     verb = "delete" if update_args.delete else "update"
-                    print(f"[update] version {outcome.version}: {verb} where {update_args.where}, {outcome.files} file(s) rewritten", flush=True)
+                    read_version = _read_version(args.table, outcome.version)
+                    over = read_version is not None and read_version < outcome.version - 1
+                    resolved = ""
+                    if read_version is not None and over:
+                        resolved = f"; committed over versions {read_version + 1}..{outcome.version - 1}, checked against them: no conflict, nothing re-run"
+                    print(f"[update] version {outcome.version}: {verb} where {update_args.where}, "
+                          f"{outcome.files} file(s) given a deletion vector{resolved}", flush=True)
+                    with report.lock:
+                        report.dml_resolved_in_commit += over
             if stopping:  # one last pass after the stream stopped: every row is covered
                 return
             stop.wait(args.pause)
@@ -225,12 +390,18 @@ def update_job(spark: Any, args: argparse.Namespace, report: Report, stop: threa
 
 
 def _newest_day(uri: str) -> str | None:
-    table = Table(uri)
-    if not table.exists():
-        return None
-    values = table.snapshot().files().column("partition_values").to_pylist()
+    values = Table(uri).snapshot().files().column("partition_values").to_pylist()
     days = [dict(v).get("day") for v in values if v]
     return max((d for d in days if d), default=None)
+
+
+def _read_version(uri: str, version: int) -> int | None:
+    """The version the commit at ``version`` read (from its commitInfo)."""
+    table = Table(uri)
+    for entry in table.history(limit=table.latest_version() - version + 1):
+        if entry.version == version and entry.commit_info is not None:
+            return entry.commit_info.read_version
+    return None
 
 
 def _checkpoints(uri: str) -> int:
@@ -238,23 +409,47 @@ def _checkpoints(uri: str) -> int:
     return len(list(log_dir.glob("*.checkpoint*.parquet"))) if log_dir.is_dir() else 0
 
 
+def _missing_properties(table: Table) -> list[str]:
+    configuration = table.snapshot().metadata.configuration
+    return [k for k in ("delta.enableChangeDataFeed", "delta.enableDeletionVectors", "delta.enableRowTracking")
+            if str(configuration.get(k, "false")).lower() != "true"]
+
+
+def _ingest_commits(table: Table, first_version: int, last_version: int) -> tuple[int, list[tuple[int, int]]]:
+    """Hop 1's commits in (first, last]: how many, and (version, read version) of those that
+    committed over concurrent commits (checked against them: blind appends, no conflict)."""
+    commits, rebased = 0, []
+    for entry in table.history(limit=max(1, last_version - first_version)):
+        info = entry.commit_info
+        if entry.version <= first_version or info is None or info.operation != "STREAMING UPDATE":
+            continue
+        commits += 1
+        if info.read_version is not None and info.read_version < entry.version - 1:
+            rebased.append((entry.version, info.read_version))
+    return commits, sorted(rebased)
+
+
 # -- main -----------------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="pipeline", description=__doc__.splitlines()[0])
-    parser.add_argument("--table", default="data/events", help="local table path (default: data/events)")
+    parser.add_argument("--table", default="data/events", help="local path of the events table (default: data/events)")
+    parser.add_argument("--totals-table", type=Path, help="hop 2's table (default: beside the events table, user_totals)")
     parser.add_argument("--source-dir", type=Path, help="source files (default: beside the table, source/)")
-    parser.add_argument("--checkpoint", type=Path, help="the stream's checkpoint (default: beside the table, _checkpoints/ingest)")
+    parser.add_argument("--checkpoint", type=Path, help="hop 1's checkpoint (default: beside the table, _checkpoints/ingest)")
+    parser.add_argument("--totals-checkpoint", type=Path, help="hop 2's checkpoint (default: beside the table, _checkpoints/user_totals)")
     parser.add_argument("--batches", type=int, default=8, help="source files (micro-batches) this run adds")
     parser.add_argument("--rows", type=int, default=2000, help="rows per batch")
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds between compaction and update rounds")
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds between compaction and update rounds (and hop 2's trigger)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     base = Path(args.table).resolve().parent
     args.table = str(Path(args.table).resolve())
+    args.totals_table = str((args.totals_table or base / "user_totals").resolve())
     args.source_dir = (args.source_dir or base / "source").resolve()
     args.checkpoint = (args.checkpoint or base / "_checkpoints" / "ingest").resolve()
+    args.totals_checkpoint = (args.totals_checkpoint or base / "_checkpoints" / "user_totals").resolve()
     if args.batches < 1 or args.rows < 1:
         parser.error("--batches and --rows must be positive")
     return args
@@ -262,17 +457,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(spark: Any, args: argparse.Namespace) -> int:
     started = time.monotonic()
-    table = Table.create(args.table, SCHEMA, partition_by=["day"], properties=PROPERTIES, mode="ignore")
-    first_version = table.latest_version()
+    events = Table.create(args.table, SCHEMA, partition_by=["day"], properties=PROPERTIES, mode="ignore")
+    missing = _missing_properties(events)
+    if missing:
+        print(f"pipeline: table {args.table} was made without {', '.join(missing)} (by an older version of this job); "
+              f"remove it and its checkpoints (make clean) or pass another --table", file=sys.stderr)
+        return FAILED
+    totals = Table.create(args.totals_table, TOTALS_SCHEMA, properties=TOTALS_PROPERTIES, mode="ignore")
+    first_version, totals_first = events.latest_version(), totals.latest_version()
     checkpoints_before = _checkpoints(args.table)
     add_source_files(args.source_dir, args.batches, args.rows)
-    print(f"pipeline: table {args.table} at version {first_version}; {args.batches} new source batch(es) of {args.rows} rows", flush=True)
+    print(f"pipeline: events {args.table} at version {first_version}, user_totals at version {totals_first}; "
+          f"{args.batches} new source batch(es) of {args.rows} rows", flush=True)
 
     report = Report()
+    hop = TotalsHop(args.totals_table, report)
     ingest_done = threading.Event()
-    holder: dict[str, Any] = {}
+    totals_query = start_totals(spark, args, hop)
+    ingest_query = start_ingest(spark, args)
     threads = [
-        threading.Thread(target=lambda: holder.setdefault("sink", ingest_job(spark, args, report, ingest_done)), name="ingest"),
+        threading.Thread(target=await_ingest, args=(ingest_query, report, ingest_done), name="ingest"),
         threading.Thread(target=compact_job, args=(spark, args, report, ingest_done), name="compact"),
         threading.Thread(target=update_job, args=(spark, args, report, ingest_done), name="update"),
     ]
@@ -280,33 +484,53 @@ def run(spark: Any, args: argparse.Namespace) -> int:
         thread.start()
     for thread in threads:
         thread.join()
-    sink = holder.get("sink")
+    try:
+        if not report.errors:
+            totals_query.processAllAvailable()  # hop 2 catches up with every commit of hop 1 and the jobs
+    except BaseException as e:  # noqa: BLE001
+        report.errors.append(hop.sink.last_error or e)
+    finally:
+        totals_query.stop()
     if report.errors:
         for error in report.errors:
-            log.error("job failed: %r", error)
+            log.error("job failed: %r", error, exc_info=error)
             print(f"pipeline: a job failed: {error}", file=sys.stderr)
         return FAILED
 
     final = Table(args.table).snapshot()
     history = Table(args.table).history(limit=max(1, final.version - first_version))
     operations = Counter(h.commit_info.operation for h in history if h.commit_info is not None and h.version > first_version)
-    ok, detail = verify(args.table, args.source_dir)
-    stats = sink.stats if sink is not None else None
+    ingest_batches = [p for p in ingest_query.recentProgress if p.numInputRows]
+    ingest_commits, rebased = _ingest_commits(Table(args.table), first_version, final.version)
+    totals_final = Table(args.totals_table).latest_version()
+    stats = hop.sink.stats
+    with report.lock:
+        report.conflicts.update({"user_totals MERGE": stats.conflicts})
+        report.retries += stats.retries
+    events_ok, events_detail = verify_events(args.table, args.source_dir)
+    totals_ok, totals_detail = verify_totals(args.totals_table, args.source_dir)
+
     print("\n== summary ==")
-    print(f"versions     {first_version} -> {final.version}: " + ", ".join(f"{n} {op}" for op, n in sorted(operations.items())))
-    if stats is not None:
-        print(f"ingest       {stats.committed} batch(es) committed, {stats.skipped} replayed batch(es) skipped, {stats.retries} redone after compaction")
-        with report.lock:
-            report.conflicts.update({"ingest vs compaction": stats.conflicts})
-            report.retries += stats.retries
-    print(f"compaction   {report.compactions} commit(s); updates {report.updates} commit(s)")
-    print(f"conflicts    {sum(report.conflicts.values())} detected, all resolved: " + (", ".join(f"{k} x{v}" for k, v in sorted(report.conflicts.items()) if v) or "none"))
+    print(f"hop 1        source -> events by writeStream.format('txnlog') (query {ingest_query.id}): "
+          f"{len(ingest_batches)} batch(es), {ingest_commits} commit(s), "
+          f"{len(rebased)} committed over concurrent commits (checked, no conflict: blind appends)")
+    print(f"events       versions {first_version} -> {final.version}: " + ", ".join(f"{n} {op}" for op, n in sorted(operations.items())))
+    print(f"compaction   {report.compactions} commit(s); DML {report.updates} commit(s) (deletion vectors), "
+          f"{report.dml_resolved_in_commit} of them over concurrent commits without a re-run")
+    print(f"hop 2        events change feed -> user_totals by foreachBatch MERGE (app {TOTALS_APP_ID}): {report.totals_batches} batch(es), "
+          f"{stats.committed} commit(s), {stats.skipped} replayed batch(es) skipped; change rows "
+          + (", ".join(f"{n} {kind}" for kind, n in sorted(report.change_rows.items())) or "none"))
+    print(f"user_totals  versions {totals_first} -> {totals_final}")
+    print(f"conflicts    {sum(report.conflicts.values())} detected, all resolved: "
+          + (", ".join(f"{k} x{v}" for k, v in sorted(report.conflicts.items()) if v) or "none"))
     print(f"retries      {report.retries}")
-    print(f"checkpoints  {_checkpoints(args.table) - checkpoints_before} written (every {PROPERTIES['delta.checkpointInterval']} versions)")
-    print(f"files        {final.num_files} live")
+    print(f"statements re-run because of compaction: {report.compaction_reruns}")
+    print(f"checkpoints  {_checkpoints(args.table) - checkpoints_before} written on events (every {PROPERTIES['delta.checkpointInterval']} versions)")
+    print(f"files        {final.num_files} live in events")
     print(f"time         {time.monotonic() - started:.1f}s")
-    print(f"verified     {'OK' if ok else 'MISMATCH'} with delta-rs: {detail}")
-    return OK if ok else FAILED
+    print(f"verified     events {'OK' if events_ok else 'MISMATCH'} with DuckDB: {events_detail}")
+    print(f"verified     user_totals {'OK' if totals_ok else 'MISMATCH'} with DuckDB: {totals_detail}")
+    return OK if events_ok and totals_ok else FAILED
 
 
 def main(argv: list[str] | None = None, spark: Any = None) -> int:

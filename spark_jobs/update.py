@@ -56,6 +56,10 @@ def assignments(items: list[str]) -> dict[str, str]:
     return out
 
 
+class _NothingMatched(Exception):
+    """The statement matched no row: its transaction is abandoned."""
+
+
 class Outcome:
     """What one run did: the committed version (None if no row matched), files rewritten,
     conflicts met and retries made."""
@@ -78,8 +82,12 @@ def run(spark: Any, args: argparse.Namespace) -> Outcome:
             with transaction(spark, args.table, operation=operation, isolation=args.isolation) as tx:
                 outcome.files = tx.delete(args.where) if changes is None else tx.update(args.where, set=changes)
                 if outcome.files == 0:
-                    tx.txn.abort()  # no row matched: nothing to commit
+                    # No row matched: leave by an exception, which aborts the transaction before
+                    # the context manager stages anything (such as change data) in it.
+                    raise _NothingMatched
             outcome.version = int(tx.txn.result) if tx.txn.result is not None else None
+            return outcome
+        except _NothingMatched:
             return outcome
         except CommitConflictError as conflict:
             outcome.conflicts.append(conflict)

@@ -1,4 +1,5 @@
-"""txnlog.spark (the functions and format("txnlog")) on a real cluster shape and over Spark Connect.
+"""txnlog.spark (the functions, format("txnlog") for batch, and its streaming source and sink)
+on a real cluster shape and over Spark Connect.
 
 Each test starts its own Spark processes: a standalone master and two workers (pyspark's own
 ``bin/spark-class``), and a local Spark Connect server. A test process holds one SparkContext
@@ -50,8 +51,19 @@ totals = ts.read(spark, uri).groupBy().agg({"v": "sum", "*": "count"}).collect()
 ts.register(spark)
 df.write.format("txnlog").mode("append").option("partitionBy", "p").save(uri + "_format")
 back = spark.read.format("txnlog").load(uri + "_format").groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
+# The streaming source and sink: the table written above streamed into a third one, twice (the
+# second run, from the query's checkpoint, finds nothing new and writes nothing).
+for _ in range(2):
+    query = (spark.readStream.format("txnlog").option("maxFilesPerTrigger", "2").load(uri + "_format")
+             .writeStream.format("txnlog").option("checkpointLocation", uri + "_checkpoint").trigger(availableNow=True)
+             .start(uri + "_stream"))
+    query.awaitTermination(240)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+streamed = spark.read.format("txnlog").load(uri + "_stream").groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
 result = {"kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"],
-          "format_count": back["count(1)"], "format_sum": back["sum(v)"]}
+          "format_count": back["count(1)"], "format_sum": back["sum(v)"],
+          "stream_count": streamed["count(1)"], "stream_sum": streamed["sum(v)"], "query_id": str(query.id)}
 print("RESULT " + json.dumps(result), flush=True)
 spark.stop()
 """
@@ -89,9 +101,15 @@ def _check(result: dict[str, object], uri: str) -> None:
     assert result["count"] == 5000
     assert result["sum"] == sum(range(5000)) * 2
     assert (result["format_count"], result["format_sum"]) == (result["count"], result["sum"])
+    assert (result["stream_count"], result["stream_sum"]) == (result["count"], result["sum"])
     for table in (uri, uri + "_format"):
         snap = txnlog.Table(table).snapshot()
         assert snap.version == 0 and sorted({m[0][1] for m in snap.files().column("partition_values").to_pylist()}) == list("01234")
+    # The stream's commits: one per micro-batch of at most 2 files, keyed by the query's id.
+    streamed = txnlog.Table(uri + "_stream").snapshot()
+    batches = streamed.app_transaction_version(str(result["query_id"]))
+    files = txnlog.Table(uri + "_format").snapshot().num_files
+    assert batches is not None and batches + 1 == (files + 1) // 2
 
 
 def _wait_for_port(port: int, procs: list[subprocess.Popen[bytes]], log: Path, timeout: float = 90) -> None:

@@ -148,6 +148,58 @@ def test_read_change_feed_streams_inserts_and_deletes(spark_ds: Any, tmp_path: P
     assert sorted((r[0], r[2], r[3]) for b in snapshot_batches for r in b) == [(i, "insert", latest) for i in (0, 1, 2, 3, 50, 51)]
 
 
+@pytest.mark.parametrize("deletion_vectors", [True, False], ids=["merge-on-read", "copy-on-write"])
+def test_read_change_feed_streams_update_images_and_deletes(spark_ds: Any, tmp_path: Path, deletion_vectors: bool) -> None:
+    source = str(tmp_path / "src")
+    properties = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": str(deletion_vectors).lower()}
+    _append(source, 0, 6, properties=properties)  # version 1: one file of ids 0..5
+    table = Table(source)
+    updated = table.update("id = 1", set={"name": "'renamed'"})
+    deleted = table.delete("id = 2")
+    assert updated is not None and deleted is not None
+    # The mode under test: a deletion vector on the file, or the file rewritten.
+    metrics = [h.commit_info.operation_metrics or {} for h in table.history() if h.version in (updated.version, deleted.version)]
+    vectors = sum(int(m.get("numDeletionVectorsAdded", 0)) + int(m.get("numDeletionVectorsUpdated", 0)) for m in metrics)
+    assert (vectors > 0) is deletion_vectors
+
+    batches = _batches(spark_ds, source, str(tmp_path / "c"), readChangeFeed="true", startingVersion="1", maxFilesPerTrigger="1")
+    got = sorted((r[3], r[2], r[0], r[1]) for b in batches for r in b)  # (version, change type, id, name)
+    want = sorted(
+        [(1, "insert", i, f"n{i}") for i in range(6)]
+        + [(updated.version, "update_preimage", 1, "n1"), (updated.version, "update_postimage", 1, "renamed"),
+           (deleted.version, "delete", 2, "n2")]
+    )
+    assert got == want
+    # A version is one indivisible step: with one file per trigger, a batch per version, the
+    # update's two images together.
+    assert [sorted({r[2] for r in b}) for b in batches] == [["insert"], ["update_postimage", "update_preimage"], ["delete"]]
+
+
+def test_expired_start_version_names_the_version_and_the_retention(spark_ds: Any, tmp_path: Path) -> None:
+    from txnlog.maintenance import expire
+    from txnlog.properties import LOG_RETENTION
+
+    source = str(tmp_path / "src")
+    _append(source, 0, 3, properties={"delta.enableChangeDataFeed": "true"})  # versions 0, 1
+    running = str(tmp_path / "running")
+    assert sorted(r[0] for b in _batches(spark_ds, source, running, startingVersion="1") for r in b) == [0, 1, 2]
+    for i in range(1, 6):
+        _append(source, i * 3, 3)  # versions 2..6: the running query's next version is 2
+    result = expire(Table(source), retain_min=1, retain_max=2, limit=100)
+    assert result.earliest_after == 5  # versions 0..4 are gone; a checkpoint at 5 keeps the table readable
+
+    # A restarted query whose next version was expired, and new queries asking for expired versions.
+    cases = [(running, {}, 2), (str(tmp_path / "fresh"), {"startingVersion": "1"}, 1),
+             (str(tmp_path / "cdf"), {"startingVersion": "3", "readChangeFeed": "true"}, 3)]
+    for checkpoint, options, version in cases:
+        with pytest.raises(StreamingQueryException) as failure:
+            _batches(spark_ds, source, checkpoint, **options)
+        message = str(failure.value)
+        assert f"version {version}" in message and LOG_RETENTION.key in message, (options, message[:2000])
+    # From a version still in the log, the stream reads on.
+    assert sorted(r[0] for b in _batches(spark_ds, source, str(tmp_path / "later"), startingVersion="5") for r in b) == list(range(12, 18))
+
+
 def test_complete_mode_overwrites_each_batch(spark_ds: Any, tmp_path: Path) -> None:
     source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "agg"), str(tmp_path / "c")
     _append(source, 0, 10)

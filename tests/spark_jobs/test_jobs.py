@@ -70,3 +70,28 @@ def test_ingest_job_from_a_rate_source(spark, tmp_path):
     assert got and len(got) == len(set(got)) and got == list(range(len(got)))  # rate values 0..n-1, each once
     version = Table(uri).snapshot().app_transaction_version("spark_jobs.ingest_stream")
     assert version is not None and version >= 0
+
+
+def test_ingest_job_through_the_format_sink(spark, tmp_path):
+    """--sink format: writeStream.format("txnlog"), exactly once by the query's id; a restart
+    with the same checkpoint writes only the new files."""
+    import pyarrow.parquet as pq
+
+    source, uri, checkpoint = tmp_path / "in", str(tmp_path / "t"), str(tmp_path / "cp")
+    source.mkdir()
+    for k in range(2):
+        pq.write_table(pa.table({"id": list(range(k * 5, k * 5 + 5)), "day": ["2024-01-01"] * 5, "amount": [1.0] * 5}, schema=SCHEMA),
+                       source / f"f{k}.parquet")
+    argv = ["--table", uri, "--source-dir", str(source), "--checkpoint", checkpoint, "--sink", "format", "--available-now",
+            "--partition-by", "day"]
+    assert ingest_stream.main(argv, spark=spark) == OK
+    assert ids(uri) == list(range(10))
+    assert Table(uri).snapshot().metadata.partition_columns == ("day",)
+    pq.write_table(pa.table({"id": [10, 11], "day": ["2024-01-02"] * 2, "amount": [2.0, 3.0]}, schema=SCHEMA), source / "f2.parquet")
+    assert ingest_stream.main(argv, spark=spark) == OK
+    assert ids(uri) == list(range(12))
+    query_id = (tmp_path / "cp" / "metadata").read_text().split('"id":"')[1].split('"')[0]
+    assert Table(uri).snapshot().app_transaction_version(query_id) == 2  # one file per batch: batch ids 0, 1, then 2
+    with pytest.raises(SystemExit) as usage:
+        ingest_stream.parse_args(["--table", uri, "--rate", "1", "--checkpoint", checkpoint, "--sink", "format", "--mode", "merge"])
+    assert usage.value.code == USAGE

@@ -1,68 +1,118 @@
-"""The main job end to end on local Spark: ingest, compaction and updates run concurrently,
-and the final table (read by delta-rs) holds every source row exactly once with the updates
-and deletes applied; a second run on the same table ingests the next batches."""
+"""The main job end to end on local Spark: hop 1 (a file stream into ``events`` by
+writeStream.format("txnlog")) with compaction and merge-on-read DML running concurrently on
+``events``, and hop 2 (``events``' change feed aggregated per user, MERGEd into ``user_totals``).
+Both tables, read by DuckDB, equal references computed here from the source files; a second run
+resumes both streams from their checkpoints."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
+from collections import defaultdict
+from pathlib import Path
 
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this venv's txnlog
 
 pytest.importorskip("pyspark")
-deltalake = pytest.importorskip("deltalake")
 
 from spark_jobs import pipeline  # noqa: E402
+from tests.duckdb_delta import duckdb_delta  # noqa: E402
 from txnlog import Table  # noqa: E402
 
 
-def reference(source_dir) -> tuple[int, int]:
-    """(count, checksum) computed straight from the source files, independently of the job."""
-    ids, total = [], 0
+def source_rows(source_dir: Path) -> list[dict[str, object]]:
+    """Every source row with the job's DELETE and UPDATE applied, computed independently of the job."""
+    rows = []
     for path in sorted(source_dir.glob("batch-*.parquet")):
-        rows = pq.read_table(path).to_pylist()
-        for r in rows:
+        for r in pq.read_table(path).to_pylist():
             if r["amount"] < 1:
                 continue  # the pipeline's DELETE
-            flag = "big" if r["amount"] >= 90 else None  # its UPDATE
-            ids.append(r["event_id"])
-            total += hash((r["event_id"], r["user_id"], r["day"], round(r["amount"], 6), flag))
-    return len(ids), total
+            rows.append({**r, "flag": "big" if r["amount"] >= 90 else None})  # its UPDATE
+    return rows
 
 
-def table_checksum(uri: str) -> tuple[int, int, int]:
-    rows = deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist()
-    distinct = len({r["event_id"] for r in rows})
-    return len(rows), distinct, sum(hash((r["event_id"], r["user_id"], r["day"], round(r["amount"], 6), r["flag"])) for r in rows)
+def events_reference(rows: list[dict[str, object]]) -> list[tuple[object, ...]]:
+    return sorted((r["event_id"], r["user_id"], r["day"], r["amount"], r["flag"]) for r in rows)
+
+
+def totals_reference(rows: list[dict[str, object]]) -> dict[int, tuple[int, float, int]]:
+    totals: dict[int, list[float]] = defaultdict(lambda: [0, 0.0, 0])
+    for r in rows:
+        t = totals[int(r["user_id"])]  # type: ignore[call-overload]
+        t[0] += 1
+        t[1] += float(r["amount"])  # type: ignore[arg-type]
+        t[2] += r["flag"] == "big"
+    return {user: (int(t[0]), t[1], int(t[2])) for user, t in totals.items()}
+
+
+def read_events(uri: Path) -> list[tuple[object, ...]]:
+    con = duckdb_delta()
+    return sorted(con.sql(f"SELECT event_id, user_id, day, amount, flag FROM delta_scan('{uri}')").fetchall())
+
+
+def read_totals(uri: Path) -> dict[int, tuple[int, float, int]]:
+    con = duckdb_delta()
+    rows = con.sql(f"SELECT user_id, events, amount, big_events FROM delta_scan('{uri}')").fetchall()
+    assert len(rows) == len({r[0] for r in rows})  # one row per user
+    return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+def ingest_query_id(checkpoint: Path) -> str:
+    return str(json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"])
+
+
+def totals_batches(out: str) -> list[tuple[int, int]]:
+    """(first, last) version of ``events`` each hop 2 micro-batch of this run read."""
+    return [(int(a), int(b)) for a, b in re.findall(r"\[totals\] batch \d+: events versions (\d+)\.\.(\d+)", out)]
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(600)
-def test_concurrent_pipeline_loses_and_duplicates_nothing(spark, tmp_path, capsys):
-    uri = tmp_path / "data" / "events"
-    argv = ["--table", str(uri), "--batches", "4", "--rows", "400", "--pause", "0.2"]
+@pytest.mark.timeout(900)
+def test_two_hop_pipeline_loses_and_duplicates_nothing(spark, tmp_path, capsys):
+    data = tmp_path / "data"
+    events, totals, source = data / "events", data / "user_totals", data / "source"
+    argv = ["--table", str(events), "--batches", "4", "--rows", "400", "--pause", "0.2"]
     assert pipeline.main(argv, spark=spark) == 0
     out = capsys.readouterr().out
-    assert "verified     OK" in out
+    assert "verified     events OK" in out and "verified     user_totals OK" in out
+    assert re.search(r"^statements re-run because of compaction: \d+$", out, re.M)
+    assert "hop 1 " in out and "hop 2 " in out
 
-    source = tmp_path / "data" / "source"
-    count, checksum = reference(source)
-    assert count < 4 * 400  # the DELETE had rows to delete
-    assert table_checksum(str(uri)) == (count, count, checksum)
-    table = Table(str(uri))
-    assert table.snapshot().app_transaction_version(pipeline.APP_ID) == 3
-    operations = {h.commit_info.operation for h in table.history()}
-    assert {"WRITE", "OPTIMIZE", "DELETE", "UPDATE"} <= operations
+    rows = source_rows(source)
+    assert len(rows) < 4 * 400  # the DELETE had rows to delete
+    assert read_events(events) == events_reference(rows)
+    assert read_totals(totals) == totals_reference(rows)
+    assert sum(r["flag"] == "big" for r in rows) > 0  # hop 2 saw updates change an aggregate
 
-    # A second run on the existing table: the stream resumes from its checkpoint.
+    table = Table(str(events))
+    configuration = table.snapshot().metadata.configuration
+    assert {k: configuration.get(k) for k in ("delta.enableChangeDataFeed", "delta.enableDeletionVectors", "delta.enableRowTracking")} == {
+        "delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true", "delta.enableRowTracking": "true"}
+    query_id = ingest_query_id(data / "_checkpoints" / "ingest")
+    assert table.snapshot().app_transaction_version(query_id) == 3  # hop 1: batch ids 0..3, keyed by the query's id
+    history = table.history()
+    operations = {h.commit_info.operation for h in history if h.commit_info is not None}
+    # The final compaction pass makes at least one OPTIMIZE certain, whatever the timing.
+    assert {"STREAMING UPDATE", "OPTIMIZE", "DELETE", "UPDATE"} <= operations
+    dml_metrics = [h.commit_info.operation_metrics or {} for h in history if h.commit_info is not None and h.commit_info.operation in ("DELETE", "UPDATE")]
+    assert any(int(m.get("numDeletionVectorsAdded", 0)) + int(m.get("numDeletionVectorsUpdated", 0)) > 0 for m in dml_metrics)  # merge-on-read
+    first_totals_version = Table(str(totals)).snapshot().app_transaction_version(pipeline.TOTALS_APP_ID)
+    assert first_totals_version is not None
+
+    # A second run on the same tables: both streams resume from their checkpoints.
+    before = table.latest_version()
     assert pipeline.main(argv[:2] + ["--batches", "2", "--rows", "400", "--pause", "0.2"], spark=spark) == 0
-    assert "verified     OK" in capsys.readouterr().out
-    count2, checksum2 = reference(source)
-    assert count2 > count
-    assert table_checksum(str(uri)) == (count2, count2, checksum2)
-    assert Table(str(uri)).snapshot().app_transaction_version(pipeline.APP_ID) == 5
-    assert len(pc.unique(deltalake.DeltaTable(str(uri)).to_pyarrow_table()["event_id"])) == count2
+    out = capsys.readouterr().out
+    assert "verified     events OK" in out and "verified     user_totals OK" in out
+    assert totals_batches(out) and all(first > before for first, _ in totals_batches(out))  # hop 2 read only the new versions
+    rows2 = source_rows(source)
+    assert len(rows2) > len(rows)
+    assert read_events(events) == events_reference(rows2)
+    assert read_totals(totals) == totals_reference(rows2)
+    assert Table(str(events)).snapshot().app_transaction_version(query_id) == 5
+    assert Table(str(totals)).snapshot().app_transaction_version(pipeline.TOTALS_APP_ID) > first_totals_version
