@@ -213,6 +213,7 @@ class Report:
         self.updates = 0
         self.compaction_reruns = 0  # DML statements re-run because they lost to an OPTIMIZE
         self.dml_resolved_in_commit = 0  # DML commits that went through concurrent commits without a re-run
+        self.rebased: Counter[str] = Counter()  # row-level rebases of DML commits, by winning operation
         self.errors: list[BaseException] = []
         self.change_rows: Counter[str] = Counter()
         self.totals_batches = 0
@@ -333,7 +334,9 @@ def _compact_once(spark: Any, args: argparse.Namespace, report: Report, where: s
             report.retries += 1
     if result.version is not None:
         scope = f"where {where}" if where else "every day"
-        print(f"[compact] version {int(result.version)}: {result.files_removed} files -> {result.files_added} ({scope})", flush=True)
+        carried = "".join(f"; carried the deletions of version {step.version} ({step.operation}) onto its output"
+                          for step in result.version.rebased)
+        print(f"[compact] version {int(result.version)}: {result.files_removed} files -> {result.files_added} ({scope}){carried}", flush=True)
         with report.lock:
             report.compactions += 1
     return result.version is not None, bool(result.conflicts)
@@ -378,10 +381,15 @@ def update_job(spark: Any, args: argparse.Namespace, report: Report, stop: threa
                     resolved = ""
                     if read_version is not None and over:
                         resolved = f"; committed over versions {read_version + 1}..{outcome.version - 1}, checked against them: no conflict, nothing re-run"
+                    if outcome.rebased:
+                        resolved += "; rebased at row level over " + ", ".join(
+                            f"version {step.version} ({step.operation}: {step.kind})" for step in outcome.rebased)
                     print(f"[update] version {outcome.version}: {verb} where {update_args.where}, "
                           f"{outcome.files} file(s) given a deletion vector{resolved}", flush=True)
                     with report.lock:
                         report.dml_resolved_in_commit += over
+                        for step in outcome.rebased:
+                            report.rebased[f"{step.operation} ({step.kind})"] += 1
             if stopping:  # one last pass after the stream stopped: every row is covered
                 return
             stop.wait(args.pause)
@@ -524,7 +532,8 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     print(f"conflicts    {sum(report.conflicts.values())} detected, all resolved: "
           + (", ".join(f"{k} x{v}" for k, v in sorted(report.conflicts.items()) if v) or "none"))
     print(f"retries      {report.retries}")
-    print(f"statements re-run because of compaction: {report.compaction_reruns}")
+    print(f"statements re-run because of compaction: {report.compaction_reruns}; rebased at row level instead: "
+          + (", ".join(f"{n} over {what}" for what, n in sorted(report.rebased.items())) or "none"))
     print(f"checkpoints  {_checkpoints(args.table) - checkpoints_before} written on events (every {PROPERTIES['delta.checkpointInterval']} versions)")
     print(f"files        {final.num_files} live in events")
     print(f"time         {time.monotonic() - started:.1f}s")

@@ -28,6 +28,7 @@ from spark_jobs._common import CONFLICT, FAILED, OK, USAGE, local_session, setup
 from txnlog.errors import CommitConflictError, TxnLogError
 from txnlog.spark.sink import is_compaction_conflict
 from txnlog.spark.transaction import transaction
+from txnlog.txn import RebaseStep
 
 log = logging.getLogger("spark_jobs.update")
 
@@ -56,10 +57,6 @@ def assignments(items: list[str]) -> dict[str, str]:
     return out
 
 
-class _NothingMatched(Exception):
-    """The statement matched no row: its transaction is abandoned."""
-
-
 class Outcome:
     """What one run did: the committed version (None if no row matched), files rewritten,
     conflicts met and retries made."""
@@ -69,6 +66,8 @@ class Outcome:
         self.files = 0
         self.conflicts: list[CommitConflictError] = []
         self.retries = 0
+        #: the concurrent commits it was rebased over at row level instead of being re-run
+        self.rebased: tuple[RebaseStep, ...] = ()
 
 
 def run(spark: Any, args: argparse.Namespace) -> Outcome:
@@ -82,12 +81,9 @@ def run(spark: Any, args: argparse.Namespace) -> Outcome:
             with transaction(spark, args.table, operation=operation, isolation=args.isolation) as tx:
                 outcome.files = tx.delete(args.where) if changes is None else tx.update(args.where, set=changes)
                 if outcome.files == 0:
-                    # No row matched: leave by an exception, which aborts the transaction before
-                    # the context manager stages anything (such as change data) in it.
-                    raise _NothingMatched
+                    tx.txn.abort()  # no row matched: nothing to commit
             outcome.version = int(tx.txn.result) if tx.txn.result is not None else None
-            return outcome
-        except _NothingMatched:
+            outcome.rebased = tx.txn.result.rebased if tx.txn.result is not None else ()
             return outcome
         except CommitConflictError as conflict:
             outcome.conflicts.append(conflict)

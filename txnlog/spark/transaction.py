@@ -340,7 +340,8 @@ def transaction(
     with txn:
         spark_txn = SparkTransaction(spark, txn)
         yield spark_txn
-        spark_txn._finish()
+        if txn.state == "open":  # the block may have aborted it (a statement that matched nothing)
+            spark_txn._finish()
 
 
 __all__ = ["SparkTransaction", "transaction"]

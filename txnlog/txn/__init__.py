@@ -6,6 +6,7 @@ This ``__all__`` is what engines may use; the modules behind it are the core's o
 
 from txnlog.txn.hooks import HookFailure, HookRegistry, PostCommitContext, PostCommitHook
 from txnlog.txn.isolation import IsolationLevel
+from txnlog.txn.rebase import RebaseStep
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "OptimisticTransaction",
     "PostCommitContext",
     "PostCommitHook",
+    "RebaseStep",
 ]

@@ -199,6 +199,11 @@ class OptimisticTransaction:
                 )
 
     @property
+    def state(self) -> str:
+        """"open", "committed", "aborted" or "failed" (a commit that raised)."""
+        return self._state
+
+    @property
     def orphan_files(self) -> tuple[str, ...]:
         """Data files this transaction staged that no commit references (unless it committed)."""
         if self._state == "committed":
