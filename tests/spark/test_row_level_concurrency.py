@@ -15,6 +15,7 @@ import txnlog.spark as ts
 from tests.dml.conftest import duckdb_rows, sorted_rows
 from tests.spark.test_optimize import HookedStore
 from txnlog.spark import optimize
+from txnlog.spark.merge import merge_into
 
 pytestmark = pytest.mark.spark
 
@@ -56,3 +57,16 @@ def test_spark_update_is_rebased_over_a_concurrent_optimize(spark: Any, tmp_path
     assert _rows(uri) == [(i, 5 if i in (4, 27) else 0) for i in range(40)]
     info = txnlog.Table(uri).history(1)[0].commit_info
     assert info.operation == "UPDATE" and info.other[txnlog.properties.REBASE_COMMIT_INFO_KEY][0]["kind"] == "compaction"
+
+
+def test_spark_merge_commits_through_a_delete_of_other_rows_of_its_files(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = _table(uri)
+    source = spark.createDataFrame([(2, 9), (33, 9), (50, 9)], "id long, v long")
+    txn = table.transaction("MERGE")
+    merge_into(txn, spark, source, "id", when_matched_update="*", when_not_matched_insert="*")
+    won = table.delete("id in (3, 34)")
+    result = txn.commit()
+    assert [(s.version, s.kind) for s in result.rebased] == [(won.version, "deletion vector")]
+    expected = sorted_rows([(i, 9 if i in (2, 33) else 0) for i in range(40) if i not in (3, 34)] + [(50, 9)])
+    assert _rows(uri) == expected

@@ -169,6 +169,7 @@ def merge_into(
         outputs = []
         hit = candidates.slice(0, 0)
         positions: list[pa.Array] = []
+        every_match_changes = True
         updated_rows = deleted_rows = 0
         if candidates.num_rows:
             # Not cached: each pass reads only the columns it needs, and the matched pairs
@@ -181,6 +182,9 @@ def merge_into(
             else:
                 deleted = F.lit(False)
             touched = deleted | F.lit(updates is not None)
+            # Every matched row is changed (so the rows it marks are all it matched) unless only a
+            # conditional delete clause applies: what row-level concurrency needs to know.
+            every_match_changes = updates is not None or when_matched_delete is True
             cells = []
             if updates is not None:
                 cells = [
@@ -245,7 +249,7 @@ def merge_into(
         written = live_rows(added)
         vectors = {"numDeletionVectorsAdded": 0, "numDeletionVectorsUpdated": 0, "numDeletionVectorsRemoved": 0}
         if merge_on_read:
-            deletes = stage_row_deletes(txn, hit, positions, exact=False) if hit.num_rows else None
+            deletes = stage_row_deletes(txn, hit, positions, exact=every_match_changes) if hit.num_rows else None
             removed = added.slice(0, 0)
             if deletes is not None:
                 metrics_of_deletes = row_delete_metrics(deletes)
