@@ -61,8 +61,6 @@ from txnlog.read import ReadContext
 from txnlog.spark.common import arrow_schema_of_struct, spark_schema_of
 from txnlog.spark.datasource.options import SourceOptions
 
-#: Rows per batch a read task hands Spark.
-READ_BATCH_ROWS = 65_536
 # The columns of ``Snapshot.files()`` a read task needs.
 _TASK_COLUMNS = ("path", "partition_values", "deletion_vector", "size")
 
@@ -259,7 +257,7 @@ class TableReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, FilesPartition):  # Spark's placeholder when there are no files
             return
-        for batch in self.context.batches(partition.files, columns=self.columns, batch_rows=READ_BATCH_ROWS):
+        for batch in self.context.batches(partition.files, columns=self.columns):
             yield spark_batch(batch, self.arrow_schema)
 
 
@@ -294,4 +292,14 @@ class FilteringTableReader(TableReader):
         return for_spark
 
 
-__all__ = ["READ_BATCH_ROWS", "FilesPartition", "chosen_columns", "spark_batch", "FilteringTableReader", "TableReader", "filter_expression", "open_snapshot", "pack_files", "table_schema"]
+__all__ = [
+    "FilesPartition",
+    "FilteringTableReader",
+    "TableReader",
+    "chosen_columns",
+    "filter_expression",
+    "open_snapshot",
+    "pack_files",
+    "spark_batch",
+    "table_schema",
+]
