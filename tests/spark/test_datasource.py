@@ -25,6 +25,7 @@ from pyspark.errors import PySparkException  # noqa: E402
 from pyspark.sql import datasource as sds  # noqa: E402
 
 from txnlog.spark.datasource.batch_read import filter_expression, pack_files  # noqa: E402
+from txnlog.spark.datasource.batch_write import joined_batches  # noqa: E402
 from txnlog.spark.datasource.options import SourceOptions  # noqa: E402
 
 NESTED = "id long, tags array<string>, point struct<x: double, label: struct<name: string, code: int>>, " \
@@ -105,6 +106,16 @@ def test_small_files_are_packed_into_tasks_by_size() -> None:
     assert sorted(g.num_rows for g in groups) == [1, 1, 4]  # 100 alone; 15-byte files packed up to 60
     assert sorted(p for g in groups for p in g.column("path").to_pylist()) == sorted(files.column("path").to_pylist())
     assert len(pack_files(files, max_bytes=10**9, open_cost=5, min_partitions=3)) >= 3  # spread over the cores
+
+
+def test_a_write_task_hands_the_table_writer_batches_joined_from_sparks_small_ones() -> None:
+    # Spark sends a task's rows 10,000 at a time; the writer's per-batch work is paid per join.
+    batches = [pa.record_batch({"_0": list(range(i * 10, (i + 1) * 10))}) for i in range(25)]
+    joined = list(joined_batches(iter(batches), ["id"], rows=40))
+    assert [b.num_rows for b in joined] == [40] * 6 + [10]
+    assert all(b.schema.names == ["id"] for b in joined)
+    assert pa.Table.from_batches(joined).column("id").to_pylist() == list(range(250))
+    assert list(joined_batches(iter([]), ["id"])) == []
 
 
 # --- read --------------------------------------------------------------------------------------
@@ -201,6 +212,27 @@ def test_version_and_timestamp_as_of_and_a_loaded_dataframe_stays_on_its_version
     empty = str(tmp_path / "empty")
     spark_ds.createDataFrame([], "id long").write.format("txnlog").mode("append").save(empty)  # creates the table
     assert txnlog.Table(empty).latest_version() == 0 and spark_ds.read.format("txnlog").load(empty).count() == 0
+
+
+def test_a_given_schema_of_some_columns_reads_only_those(spark_ds: Any, tmp_path: Path) -> None:
+    """The data source API has no column pruning: a schema naming some of the table's columns
+    (any order, names matched as Spark matches them) is how a query reads only those."""
+    uri = str(tmp_path / "t")
+    df = spark_ds.range(0, 40).selectExpr("id", "cast(id % 2 as string) as p", "concat('n', id) as `odd name`", "cast(id * 0.5 as double) as v")
+    df.write.format("txnlog").mode("append").option("partitionBy", "p").option("delta.columnMapping.mode", "name").save(uri)
+    some = spark_ds.read.format("txnlog").schema("v double, P string").load(uri)
+    assert some.columns == ["v", "P"]
+    assert sorted(tuple(r) for r in some.collect()) == sorted((i * 0.5, str(i % 2)) for i in range(40))
+    only_partition = spark_ds.read.format("txnlog").schema("p string").load(uri)
+    assert sorted(r.p for r in only_partition.collect()) == sorted(str(i % 2) for i in range(40))
+    pushed = spark_ds.read.format("txnlog").schema("`odd name` string, v double").option("filterPushdown", "true").load(uri)
+    assert sorted(r["odd name"] for r in pushed.where("v >= 18").collect()) == ["n36", "n37", "n38", "n39"]
+    for schema, problem in (("id long, nope string", "'nope' of the given schema is not a column"),
+                            ("id int", "'id' of the given schema has type int, the table's column bigint"),
+                            ("id long, ID long", "'ID' of the given schema is named twice"),
+                            ("p string not null", "'p' .* NOT NULL")):
+        with pytest.raises(PySparkException, match=problem):
+            spark_ds.read.format("txnlog").schema(schema).load(uri).collect()
 
 
 def _many_files(spark: Any, uri: str) -> None:

@@ -116,6 +116,47 @@ def check_given_schema(given: StructType, expected: StructType, uri: str, reader
         )
 
 
+def chosen_columns(given: StructType, table: StructType, uri: str) -> list[str] | None:
+    """The table columns a schema given to ``spark.read`` names, in its order (None: the whole
+    table, in the table's order). The API hands a reader no column pruning, so a schema naming
+    some of the table's columns is how a query reads only those. Each field must be a column of
+    the table (names matched case-insensitively) with the table's type, and may not declare
+    non-null a column the table lets hold nulls: SchemaError otherwise, naming the field."""
+    if [(f.name, f.dataType) for f in given.fields] == [(f.name, f.dataType) for f in table.fields]:
+        return None
+    by_lower = {f.name.lower(): f for f in table.fields}
+    names: list[str] = []
+    for f in given.fields:
+        column = by_lower.get(f.name.lower())
+        problem = None
+        if column is None:
+            problem = "is not a column of the table"
+        elif column.name in names:
+            problem = "is named twice"
+        elif f.dataType != column.dataType:
+            problem = f"has type {f.dataType.simpleString()}, the table's column {column.dataType.simpleString()}"
+        elif column.nullable and not f.nullable:
+            problem = "is declared NOT NULL but the table's column allows nulls"
+        if problem is not None:
+            raise SchemaError(
+                f"spark.read.format('txnlog') reads table {uri} ({table.simpleString()}): field {f.name!r} of the given schema "
+                f"{problem}; give the table's columns (all, or those to read) with their types",
+                field=f.name,
+            )
+        names.append(column.name)  # type: ignore[union-attr]
+    return names
+
+
+def spark_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` (the same columns, in order) as Spark declared its schema: Spark checks a
+    source's batches exactly, names, nested field names and nullability flags included. Only a
+    column whose type differs in those is cast; the others are passed as they are."""
+    if batch.schema.equals(schema):
+        return batch
+    arrays = [a if a.type == f.type else a.cast(f.type) for a, f in zip(batch.columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 def filter_expression(spark_filter: Filter) -> Expression | None:
     """Spark's pushed filter as a txnlog expression tree, or None for one it has no node for
     (a comparison with an array literal, a filter kind added by a later Spark)."""
@@ -180,7 +221,7 @@ class TableReader(DataSourceReader):
     stays in the planning process; tasks get the :class:`ReadContext` and their files."""
 
     def __init__(self, options: SourceOptions, snapshot: Snapshot, schema: StructType) -> None:
-        check_given_schema(schema, table_schema(snapshot), snapshot.uri, "spark.read")
+        self.columns = chosen_columns(schema, table_schema(snapshot), snapshot.uri)
         self.options = options
         self.version = snapshot.version
         self.context: ReadContext = snapshot.read_context()
@@ -216,10 +257,8 @@ class TableReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, FilesPartition):  # Spark's placeholder when there are no files
             return
-        for batch in self.context.batches(partition.files):
-            # The same columns; only Arrow's nested field names and nullability flags differ
-            # from what Spark declares (it checks the batches' schema exactly).
-            yield batch.cast(self.arrow_schema)
+        for batch in self.context.batches(partition.files, columns=self.columns):
+            yield spark_batch(batch, self.arrow_schema)
 
 
 class FilteringTableReader(TableReader):
@@ -253,4 +292,14 @@ class FilteringTableReader(TableReader):
         return for_spark
 
 
-__all__ = ["FilesPartition", "FilteringTableReader", "TableReader", "filter_expression", "open_snapshot", "pack_files", "table_schema"]
+__all__ = [
+    "FilesPartition",
+    "FilteringTableReader",
+    "TableReader",
+    "chosen_columns",
+    "filter_expression",
+    "open_snapshot",
+    "pack_files",
+    "spark_batch",
+    "table_schema",
+]
