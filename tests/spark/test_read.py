@@ -89,3 +89,15 @@ def test_deletion_vectors_are_applied_by_each_row_position_without_a_join_on_del
     positions = ts.read_files(spark, snapshot, snapshot.files(), with_row_index=True)
     assert sorted((r.id, r[ROW_INDEX_COLUMN]) for r in positions.collect()) == [(i, i % per_file) for i in kept]
     assert ts.read(spark, uri, version=3).count() == 3 * per_file  # before the deletes
+
+
+def test_rows_of_files_without_a_deletion_vector_are_not_joined_to_their_file(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = txnlog.Table.create(uri, pa.schema([("id", pa.int64())]), properties={"delta.enableDeletionVectors": "true"})
+    for f in range(2):
+        table.append(pa.table({"id": pa.array(range(f * 100, (f + 1) * 100), pa.int64())}))
+    table.delete("id = 5")
+    df = ts.read(spark, uri)
+    assert sorted(r.id for r in df.collect()) == [i for i in range(200) if i != 5]
+    plan = df._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
+    assert plan.count("FileScan parquet") == 2 and plan.count("BroadcastHashJoin") == 1, plan

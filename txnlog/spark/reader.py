@@ -12,7 +12,8 @@ schema; txnlog then adds what Parquet files do not hold:
 - deletion vectors, decoded on the driver into one bitset per file that travels in the same
   broadcast row as the file's partition values; each row's bit, found by
   ``_metadata.row_index`` (the physical position of a row in its file, what a deletion vector
-  names), is tested by a native expression, so no row is joined twice and nothing is shuffled.
+  names), is tested by a native expression, so no row is joined twice and nothing is shuffled;
+  when nothing else needs a row's file, rows of files without a vector skip the join.
 
 Every path goes through :meth:`Snapshot.locate`, so nothing outside the table root is opened
 because a log entry says so.
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -218,6 +220,14 @@ def read_files(
     out_schema = StructType([*logical.fields, *extra_fields])
     if files.num_rows == 0:
         return spark.createDataFrame([], out_schema)
+
+    if not (snapshot.partition_columns or with_file_column or with_row_index or with_row_ids):
+        # Only vectors need a row's file here: rows of files without one skip the join.
+        has_vector = files.column("deletion_vector").is_valid()
+        with_vectors = pc.sum(has_vector).as_py() or 0
+        if 0 < with_vectors < files.num_rows:
+            plain = read_files(spark, snapshot, files.filter(pc.invert(has_vector)))
+            return plain.unionAll(read_files(spark, snapshot, files.filter(has_vector)))
 
     uris = [snapshot.locate(p).uri for p in files.column("path").to_pylist()]  # UnsafePathError on escapes
     keys = [path_key(u) for u in uris]
