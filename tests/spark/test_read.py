@@ -1,4 +1,4 @@
-"""txnlog.spark.read: pruning, partition values from the log, path safety."""
+"""txnlog.spark.read: pruning, partition values from the log, path safety, deletion vectors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import txnlog
 import txnlog.spark as ts
 from txnlog.errors import UnsafePathError
+from txnlog.spark.reader import ROW_INDEX_COLUMN
 
 pytestmark = pytest.mark.spark
 
@@ -64,3 +66,38 @@ def test_a_table_another_engine_wrote_with_dots_spaces_and_backticks_in_names(sp
     assert df.columns == ["a.b", "c d", "e`f"]
     assert sorted(tuple(r) for r in df.collect()) == sorted(zip(*data.to_pydict().values()))
     assert sorted(r[0] for r in ts.read(spark, uri, predicate="`c d` = 'y' AND `a.b` > 2").collect()) == [4]
+
+
+def test_deletion_vectors_are_applied_by_each_row_position_without_a_join_on_deleted_rows(spark: Any, tmp_path: Path) -> None:
+    """Dense, sparse (first and last row only, blocks apart) and no deletions: each file's
+    deleted rows leave, the others keep their physical position, and the plan joins the rows
+    once (to their file's broadcast row), never against the deleted positions."""
+    uri = str(tmp_path / "t")
+    table = txnlog.Table.create(uri, pa.schema([("id", pa.int64())]), properties={"delta.enableDeletionVectors": "true"})
+    per_file = 10_000
+    for f in range(3):
+        table.append(pa.table({"id": pa.array(range(f * per_file, (f + 1) * per_file), pa.int64())}))
+    table.delete(f"id < {per_file} and id % 7 = 3")
+    table.delete(f"id = {per_file} or id = {2 * per_file - 1}")
+    kept = [i for i in range(3 * per_file) if not (i < per_file and i % 7 == 3) and i not in (per_file, 2 * per_file - 1)]
+
+    df = ts.read(spark, uri)
+    assert sorted(r.id for r in df.collect()) == kept
+    plan = df._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]  # the plan that ran
+    assert plan.count("BroadcastHashJoin") == 1 and "LeftAnti" not in plan, plan
+    snapshot = txnlog.Table(uri).snapshot()
+    positions = ts.read_files(spark, snapshot, snapshot.files(), with_row_index=True)
+    assert sorted((r.id, r[ROW_INDEX_COLUMN]) for r in positions.collect()) == [(i, i % per_file) for i in kept]
+    assert ts.read(spark, uri, version=3).count() == 3 * per_file  # before the deletes
+
+
+def test_rows_of_files_without_a_deletion_vector_are_not_joined_to_their_file(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    table = txnlog.Table.create(uri, pa.schema([("id", pa.int64())]), properties={"delta.enableDeletionVectors": "true"})
+    for f in range(2):
+        table.append(pa.table({"id": pa.array(range(f * 100, (f + 1) * 100), pa.int64())}))
+    table.delete("id = 5")
+    df = ts.read(spark, uri)
+    assert sorted(r.id for r in df.collect()) == [i for i in range(200) if i != 5]
+    plan = df._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
+    assert plan.count("FileScan parquet") == 2 and plan.count("BroadcastHashJoin") == 1, plan

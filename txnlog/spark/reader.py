@@ -9,9 +9,11 @@ schema; txnlog then adds what Parquet files do not hold:
   ``_metadata.file_path`` text (worked out once per file on the driver from
   ``DataFrame.inputFiles``, so no row pays for a path conversion);
 - logical column names under column mapping (files hold physical names);
-- deletion vectors, decoded on the driver and anti-joined on ``_metadata.row_index`` (the
-  physical position of a row in its file, what a deletion vector names): the rows they delete
-  never come back.
+- deletion vectors, decoded on the driver into one bitset per file that travels in the same
+  broadcast row as the file's partition values; each row's bit, found by
+  ``_metadata.row_index`` (the physical position of a row in its file, what a deletion vector
+  names), is tested by a native expression, so no row is joined twice and nothing is shuffled;
+  when nothing else needs a row's file, rows of files without a vector skip the join.
 
 Every path goes through :meth:`Snapshot.locate`, so nothing outside the table root is opened
 because a log entry says so.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -39,7 +42,7 @@ from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from txnlog import Snapshot
 
@@ -54,11 +57,14 @@ _SPARK_PATH = "_txnlog_spark_path"
 _RAW_PATH = "_txnlog_raw_path"
 _BASE_ROW_ID = "_txnlog_base_row_id"
 _DEFAULT_VERSION = "_txnlog_default_row_commit_version"
-_FILE_INDEX = "_txnlog_file_index"
-_DELETED = "_txnlog_deleted"
-_DELETED_FILE = "_txnlog_deleted_file"
-# A deleted row is matched as one long: its file's index above this many bits, its position below.
-_POSITION_BITS = 40
+_DELETED_FIRST = "_txnlog_deleted_first"
+_DELETED_BLOCKS = "_txnlog_deleted_blocks"
+_DELETED_WORDS = "_txnlog_deleted_words"
+# A deletion bitset's blocks: 4096 rows, 64 words of 64 bits.
+_BLOCK_BITS = 12
+_BLOCK_WORDS = 1 << (_BLOCK_BITS - 6)
+# Rows a data file may hold, as far as deletion vectors go: bounds a bitset's block list.
+_MAX_ROWS = 1 << 36
 # ``scheme:///path`` and ``scheme:/path`` name the same file (an empty authority); Spark prints
 # a local file one way in ``inputFiles`` and the other in ``_metadata.file_path``.
 _EMPTY_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):///")
@@ -124,22 +130,50 @@ def _file_schema(snapshot: Snapshot) -> tuple[list[dict[str, Any]], dict[str, An
     return fields, {"type": "struct", "fields": data}
 
 
-def _deleted_rows(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
-    """One row per file of ``files`` that has a deletion vector: its index in ``files`` and the
-    positions the vector deletes (a list per file travels to Spark far cheaper than a row per
-    deleted position), decoded by the core reader (the one place deletion vectors are read)."""
-    indexes: list[int] = []
-    positions: list[np.ndarray] = []
+def _deleted_bitsets(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
+    """Per row of ``files``, the rows its deletion vector deletes as a two-level bitset (all
+    null for a file without one), or None when no file has one. Rows go in blocks of 4096:
+    :data:`_DELETED_BLOCKS` gives, per block from :data:`_DELETED_FIRST` on, where its 64 words
+    start in :data:`_DELETED_WORDS` (null for a block with no deleted row, which takes no
+    words). A block costs 4 bytes, a block with deletions 512 more: never more than 64 bytes
+    per deleted row, and one bit per row when deletes are dense. The core reader decodes the
+    vectors (the one place they are read)."""
+    firsts: list[int | None] = []
+    blocks: list[pa.Array | None] = []
+    words: list[np.ndarray | None] = []
     for index, rows in enumerate(snapshot.read_context().deleted_rows(files, snapshot.store)):
-        if rows is not None and len(rows):
-            found = rows.to_numpy(zero_copy_only=False).astype(np.int64)
-            if found[-1] >= 1 << _POSITION_BITS:
-                raise DeletionVectorError(f"the deletion vector of {files.column('path')[index]} in table {snapshot.uri} names row {found[-1]}, past what a data file holds")
-            indexes.append(index)
-            positions.append(found)
-    if not indexes:
+        if rows is None or not len(rows):
+            firsts.append(None)
+            blocks.append(None)
+            words.append(None)
+            continue
+        positions = rows.to_numpy(zero_copy_only=False).astype(np.int64)
+        if positions[-1] >= _MAX_ROWS:
+            raise DeletionVectorError(f"the deletion vector of {files.column('path')[index]} in table {snapshot.uri} names row {positions[-1]}, past what a data file holds")
+        present, block_of = np.unique(positions >> _BLOCK_BITS, return_inverse=True)
+        starts = np.zeros(present[-1] - present[0] + 1, dtype=np.int32)
+        starts[present - present[0]] = np.arange(len(present), dtype=np.int32) * _BLOCK_WORDS
+        empty = np.ones(len(starts), dtype=bool)
+        empty[present - present[0]] = False
+        flags = np.zeros(len(present) << _BLOCK_BITS, dtype=bool)
+        flags[(block_of << _BLOCK_BITS) + (positions & ((1 << _BLOCK_BITS) - 1))] = True
+        firsts.append(int(present[0]))
+        blocks.append(pa.array(starts, mask=empty))
+        words.append(np.packbits(flags, bitorder="little").view("<i8"))
+    if all(f is None for f in firsts):
         return None
-    return pa.table({_FILE_INDEX: pa.array(indexes, pa.int64()), _DELETED: pa.array(positions, pa.list_(pa.int64()))})
+    return pa.table({
+        _DELETED_FIRST: pa.array(firsts, pa.int64()),
+        _DELETED_BLOCKS: pa.array(blocks, pa.list_(pa.int32())),
+        _DELETED_WORDS: pa.array(words, pa.list_(pa.int64())),
+    })
+
+
+def _not_deleted(row_index: Column) -> Column:
+    """True for a row whose bit is clear in its file's bitset (or whose file has none)."""
+    block = (F.shiftright(row_index, _BLOCK_BITS) - F.col(_DELETED_FIRST)).cast("int")
+    word = F.get(F.col(_DELETED_WORDS), F.get(F.col(_DELETED_BLOCKS), block) + F.shiftright(row_index, 6).bitwiseAND(_BLOCK_WORDS - 1).cast("int"))
+    return F.coalesce(F.bit_get(word, row_index.bitwiseAND(63).cast("int")), F.lit(0)) == 0
 
 
 def _spark_paths(df: DataFrame, keys: list[str]) -> list[list[str]] | None:
@@ -187,10 +221,18 @@ def read_files(
     if files.num_rows == 0:
         return spark.createDataFrame([], out_schema)
 
+    if not (snapshot.partition_columns or with_file_column or with_row_index or with_row_ids):
+        # Only vectors need a row's file here: rows of files without one skip the join.
+        has_vector = files.column("deletion_vector").is_valid()
+        with_vectors = pc.sum(has_vector).as_py() or 0
+        if 0 < with_vectors < files.num_rows:
+            plain = read_files(spark, snapshot, files.filter(pc.invert(has_vector)))
+            return plain.unionAll(read_files(spark, snapshot, files.filter(has_vector)))
+
     uris = [snapshot.locate(p).uri for p in files.column("path").to_pylist()]  # UnsafePathError on escapes
     keys = [path_key(u) for u in uris]
     try:
-        deleted = _deleted_rows(snapshot, files)
+        deleted = _deleted_bitsets(snapshot, files)
     except DeletionVectorError:
         raise
     except TxnLogError as e:
@@ -202,8 +244,10 @@ def read_files(
     physical = {f["name"]: (f.get("metadata") or {}).get(_MAPPING_NAME, f["name"]) for f in table_fields}
     mapped = snapshot.table_configuration.is_column_mapped
     if need_join:
-        file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path"),
-                              _FILE_INDEX: pa.array(np.arange(len(keys), dtype=np.int64))})
+        file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path")})
+        if deleted is not None:
+            for name in deleted.column_names:
+                file_rows = file_rows.append_column(name, deleted.column(name))
         if with_row_ids:
             file_rows = file_rows.append_column(_BASE_ROW_ID, files.column("base_row_id").cast(pa.int64()))
             file_rows = file_rows.append_column(_DEFAULT_VERSION, files.column("default_row_commit_version").cast(pa.int64()))
@@ -225,11 +269,7 @@ def read_files(
             unmatched = F.raise_error(F.concat(F.lit(f"txnlog: a row of table {snapshot.uri} comes from a file not in its file list: "), F.col(_RAW_PATH)))
             df = joined.filter(F.when(F.col(_KEY).isNull(), unmatched).otherwise(F.lit(True)))
         if deleted is not None:
-            # Each deleted row as one long (file index above its position): a single join key.
-            positions = spark.createDataFrame(deleted).select(F.col(_FILE_INDEX).alias(_DELETED_FILE), F.explode(_DELETED).alias(_DELETED))
-            deleted_keys = positions.select(F.shiftleft(F.col(_DELETED_FILE), _POSITION_BITS).bitwiseOR(F.col(_DELETED)).alias(_DELETED))
-            row_key = F.shiftleft(F.col(_FILE_INDEX), _POSITION_BITS).bitwiseOR(F.col(_ROW))
-            df = df.join(F.broadcast(deleted_keys), row_key == F.col(_DELETED), how="left_anti")
+            df = df.filter(_not_deleted(F.col(_ROW)))
 
     by_name = {f.name: f for f in logical.fields}
     columns = []
