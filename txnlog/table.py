@@ -254,8 +254,10 @@ class Table:
 
     def optimize(self, predicate: str | None = None, *, min_files: int = 2) -> CommitResult | None:
         """``OPTIMIZE`` (compaction): rewrite the small files of each partition holding rows that
-        match ``predicate``, and files with deletion vectors, into files of
-        ``delta.targetFileSize``, as a ``dataChange=false`` commit. On a table with row tracking
+        match ``predicate``, and files whose deletion vector deletes more than
+        ``txnlog.optimize.maxDeletedRowsRatio`` of their rows, into files of
+        ``delta.targetFileSize``, as a ``dataChange=false`` commit (planned as Spark's OPTIMIZE,
+        :func:`txnlog.dml.plan_bins`). On a table with row tracking
         every row keeps its row id, so concurrent merge-on-read DML commits through it (see
         docs/concurrency.md). The committed version, or None when there was nothing to compact."""
         with self.transaction("OPTIMIZE") as txn:

@@ -9,7 +9,7 @@ transaction of their own, as ``optimize`` wraps :func:`compact` (OPTIMIZE). The 
 """
 
 from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_range_predicate, merge_parameters, quote_name
-from txnlog.dml.compaction import compact
+from txnlog.dml.compaction import compact, plan_bins
 from txnlog.dml.operations import DmlResult, Metrics, delete, merge, update
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "key_range_predicate",
     "merge",
     "merge_parameters",
+    "plan_bins",
     "quote_name",
     "update",
 ]

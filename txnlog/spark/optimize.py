@@ -37,8 +37,8 @@ import pyarrow.compute as pc
 
 from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
 from txnlog import properties as props
+from txnlog.dml import plan_bins
 from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
-from txnlog.file_facts import parse_stats
 from txnlog.spark.common import column
 from txnlog.spark.reader import read_files
 from txnlog.spark.writer import tracks_row_ids, write_files
@@ -59,85 +59,6 @@ class OptimizeResult:
     attempts: int = 1
     #: the conflicts that made it re-plan, as their messages
     conflicts: tuple[str, ...] = field(default_factory=tuple)
-
-
-def plan_bins(
-    files: pa.Table,
-    target_file_size: int,
-    *,
-    min_files: int = 2,
-    max_deleted_rows_ratio: float = 0.05,
-    purge_deletion_vectors: bool = False,
-) -> list[pa.Table]:
-    """Group ``files`` (rows of ``Snapshot.files()``) into bins worth compacting.
-
-    Candidates are the files smaller than ``target_file_size`` and, whatever their size, those
-    whose deletion vector deletes more than ``max_deleted_rows_ratio`` of their rows (its
-    cardinality over ``numRecords``; a vector on a file without ``numRecords`` counts as more).
-    With ``purge_deletion_vectors`` the candidates are exactly the files that have a vector.
-    Within each partition, candidates are taken in size order and packed into bins whose total
-    stays within the target; a bin is kept if it holds at least ``min_files`` files, or a file
-    with a deletion vector (rewriting it drops the deleted rows).
-    """
-    if target_file_size <= 0:
-        raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
-    if not 0.0 <= max_deleted_rows_ratio <= 1.0:
-        raise InvalidArgumentError(f"max_deleted_rows_ratio must be between 0 and 1, got {max_deleted_rows_ratio}")
-    if not files.num_rows:
-        return []
-    has_dv = _has_vector(files)
-    if purge_deletion_vectors:
-        chosen = has_dv
-    else:
-        small = pc.less(files.column("size"), target_file_size)
-        chosen = pc.or_(small, pc.and_(has_dv, _deleted_ratio_over(files, max_deleted_rows_ratio)))
-    candidates = files.filter(chosen)
-    if not candidates.num_rows:
-        return []
-    sizes = candidates.column("size").to_pylist()
-    with_dv = has_dv.filter(chosen).to_pylist()
-    by_partition: dict[tuple[tuple[str, Any], ...], list[int]] = {}
-    for i, key in enumerate(_partition_keys(candidates)):
-        by_partition.setdefault(key, []).append(i)
-    bins: list[list[int]] = []
-    for key in sorted(by_partition, key=lambda k: [(n, "" if v is None else str(v)) for n, v in k]):
-        current: list[int] = []
-        total = 0
-        for i in sorted(by_partition[key], key=lambda j: (sizes[j], j)):
-            if current and total + sizes[i] > target_file_size:
-                bins.append(current)
-                current, total = [], 0
-            current.append(i)
-            total += sizes[i]
-        if current:
-            bins.append(current)
-    kept = [b for b in bins if len(b) >= min_files or any(with_dv[i] for i in b)]
-    return [candidates.take(pa.array(b, pa.int64())) for b in kept]
-
-
-def _has_vector(files: pa.Table) -> pa.Array:
-    if "deletion_vector" not in files.column_names:
-        return pa.array([False] * files.num_rows, pa.bool_())
-    return pc.is_valid(files.column("deletion_vector")).combine_chunks()
-
-
-def _deleted_ratio_over(files: pa.Table, threshold: float) -> pa.Array:
-    """Per file: does its deletion vector delete more than ``threshold`` of its rows? (True for
-    a vector on a file whose ``numRecords`` is unknown; False without a vector.)"""
-    if "deletion_vector" not in files.column_names:
-        return pa.array([False] * files.num_rows, pa.bool_())
-    deleted = pc.struct_field(files.column("deletion_vector").combine_chunks(), "cardinality")
-    if "stats" in files.column_names:
-        records = pc.struct_field(parse_stats(files, pa.struct([("numRecords", pa.int64())])), "numRecords")
-    else:
-        records = pa.nulls(files.num_rows, pa.int64())
-    over = pc.greater(pc.divide(pc.cast(deleted, pa.float64()), pc.cast(records, pa.float64())), threshold)
-    unknown = pc.or_kleene(pc.is_null(records), pc.less_equal(records, 0))
-    return pc.fill_null(pc.and_(pc.is_valid(deleted), pc.or_(pc.fill_null(over, False), unknown)), False)
-
-
-def _partition_keys(files: pa.Table) -> list[tuple[tuple[str, Any], ...]]:
-    return [tuple(sorted((pv or {}).items())) for pv in files.column("partition_values").to_pylist(maps_as_pydicts="strict")]
 
 
 def _check_predicate(snapshot: Snapshot, predicate: str | None) -> None:
@@ -233,7 +154,7 @@ def optimize(
                 numRemovedBytes=int(pc.sum(inputs.column("size")).as_py() or 0),
                 numAddedBytes=sum(a.size for a in adds),
                 numBins=len(bins),
-                numDeletionVectorsRemoved=int(pc.sum(_has_vector(inputs)).as_py() or 0),
+                numDeletionVectorsRemoved=inputs.num_rows - inputs.column("deletion_vector").null_count,
             )
             version = txn.commit()
         except CommitConflictError as conflict:
@@ -251,7 +172,7 @@ def optimize(
         except BaseException:
             txn.abort()
             raise
-        partitions = set(_partition_keys(inputs))
+        partitions = {str(b.column("partition_values")[0].as_py()) for b in bins}
         log.info(
             "optimize %s: version %d, %d files -> %d in %.1fs",
             table.uri,
