@@ -97,20 +97,21 @@ class Rebase:
     the committer, before the ordinary checks) moves it over the winners or raises; ``files``
     gives the file actions to commit at the current state."""
 
-    def __init__(self, uri: str, store: LogStore, read_context: ReadContext, *, row_ids: bool) -> None:
-        self.uri = uri
+    def __init__(self, store: LogStore, read_context: ReadContext, *, row_ids: bool) -> None:
         self.store = store
         self.ctx = read_context
         self.row_ids = row_ids
         self.targets: list[RowTarget] = []
         self.staged: list[RowDeletes] = []  # what the DML staged at its read version
-        self.read_keys: pa.Array | None = None  # other files it read and matched nothing in
+        self.read_keys: set[str] | None = None  # other files it read and matched nothing in
         self.read_predicates: list[FilePredicate] = []  # judged on a winner's new rows, not only its stats
         self.sources: list[pa.Table] = []  # a compaction's removed files, as it would remove them now
         self.outputs: pa.Table | None = None  # a compaction's new files
         self.carried: dict[int, np.ndarray] = {}  # output index -> positions deleted since
         self.steps: list[RebaseStep] = []
         self._cache: tuple[int, pa.Table, pa.Table] | None = None
+        self._read_ids: dict[str, pa.Table] = {}  # file key -> (position, row id) of its live rows
+        self._output_ids: list[pa.Table] | None = None  # a compaction's outputs: (position, materialized row id)
 
     @property
     def moved(self) -> bool:
@@ -227,9 +228,9 @@ class Rebase:
         if self.read_keys is not None:
             mine = {t.key for t in self.targets}
             for key, path, i in zip(removes.column("key").to_pylist(), removes.column("path").to_pylist(), range(removes.num_rows), strict=True):
-                if key in mine or (version, key) in outcome.resolved.removes or not _data_change(removes.slice(i, 1)):
+                if key in mine or key not in self.read_keys or (version, key) in outcome.resolved.removes:
                     continue
-                if not pc.any(pc.equal(self.read_keys, key)).as_py():
+                if not _data_change(removes.slice(i, 1)):
                     continue
                 readd = _readded(added, path)
                 if readd is not None and self._newly_deleted(removes.slice(i, 1), readd) is not None:
@@ -251,9 +252,17 @@ class Rebase:
             return None  # rows came back (a restore): not a deletion
         return np.setdiff1d(new_rows, old_rows).astype(np.uint64)
 
+    def _ids(self, file: pa.Table) -> pa.Table:
+        """Each live row's position and stable row id in ``file``, read once per file key (a
+        file's rows never change under one key)."""
+        key = str(file_keys(file)[0].as_py())
+        if key not in self._read_ids:
+            self._read_ids[key] = self.ctx.read(_files_layout(file), columns=[], row_index=_ROW, row_id=_ID, store=self.store)
+        return self._read_ids[key]
+
     def _row_ids(self, file: pa.Table, positions: np.ndarray) -> np.ndarray:
         """The stable row ids of rows ``positions`` of ``file`` (live under its vector)."""
-        rows = self.ctx.read(_files_layout(file), columns=[], row_index=_ROW, row_id=_ID, store=self.store)
+        rows = self._ids(file)
         at = pc.is_in(rows.column(_ROW), value_set=pa.array(positions.astype(np.int64)))
         return np.asarray(rows.filter(at).column(_ID).to_numpy(), dtype=np.int64)
 
@@ -272,7 +281,7 @@ class Rebase:
         moved: list[RowTarget] = []
         for i in range(same_partition.num_rows):
             output = same_partition.slice(i, 1)
-            rows = self.ctx.read(_files_layout(output), columns=[], row_index=_ROW, row_id=_ID, store=self.store)
+            rows = self._ids(output)
             id_column = rows.column(_ID)
             hit = pc.is_in(id_column, value_set=pa.array(ids))
             if not pc.any(hit).as_py():
@@ -316,11 +325,15 @@ class Rebase:
         column = self.ctx.table_configuration.materialized_row_id_column
         if not column:
             return False
+        if self._output_ids is None:
+            self._output_ids = [
+                self.ctx.read(_files_layout(self.outputs.slice(i, 1)), columns=[], row_index=_ROW,
+                              file_columns=[pa.field(column, pa.int64())], store=self.store)
+                for i in range(self.outputs.num_rows)
+            ]
         marks: dict[int, np.ndarray] = {}
         found = 0
-        for i in range(self.outputs.num_rows):
-            rows = self.ctx.read(_files_layout(self.outputs.slice(i, 1)), columns=[], row_index=_ROW,
-                                 file_columns=[pa.field(column, pa.int64())], store=self.store)
+        for i, rows in enumerate(self._output_ids):
             hit = pc.is_in(rows.column(column), value_set=pa.array(ids))
             positions = _positions(rows.column(_ROW).filter(hit))
             if len(positions):

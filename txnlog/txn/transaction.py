@@ -361,7 +361,7 @@ class OptimisticTransaction:
         if deletes.added.num_rows:
             self.add_files(deletes.added)
         if self._rebase is None:
-            self._rebase = Rebase(self.uri, store, ctx, row_ids=self.table_configuration.row_tracking_enabled)
+            self._rebase = Rebase(store, ctx, row_ids=self.table_configuration.row_tracking_enabled)
         self._rebase.add_targets(files, positions, matched, exact, deletes)
         self._rows_read_exactly = self._rows_read_exactly and exact
         return deletes
@@ -488,14 +488,14 @@ class OptimisticTransaction:
             return None
         if self._rebase is not None:
             if self._rows_read_exactly and self._read_keys:
-                self._rebase.read_keys = pa.concat_arrays([k.cast(pa.string()) for k in self._read_keys])
+                self._rebase.read_keys = {str(k) for keys in self._read_keys for k in keys.cast(pa.string()).to_pylist()}
             if not self._read_whole_table:
                 self._rebase.read_predicates = list(self.read_predicates)
             return self._rebase
         compaction = files.changes_data() is False and self._metadata is None and self._protocol is None and not self._txns
         if not (compaction and config.row_tracking_enabled and self.snapshot is not None and files.adds is not None and files.removes.num_rows):
             return None
-        rebase = Rebase(self.uri, self.location.store, self.snapshot.read_context(), row_ids=True)
+        rebase = Rebase(self.location.store, self.snapshot.read_context(), row_ids=True)
         rebase.compaction(files.removes, files.adds)
         return rebase
 
