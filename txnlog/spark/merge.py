@@ -54,7 +54,6 @@ from txnlog.spark.writer import (
     live_rows,
     positions_of,
     row_delete_metrics,
-    stage_row_deletes,
     tracks_row_ids,
     write_files,
 )
@@ -249,7 +248,7 @@ def merge_into(
         written = live_rows(added)
         vectors = {"numDeletionVectorsAdded": 0, "numDeletionVectorsUpdated": 0, "numDeletionVectorsRemoved": 0}
         if merge_on_read:
-            deletes = stage_row_deletes(txn, hit, positions, exact=every_match_changes) if hit.num_rows else None
+            deletes = txn.delete_rows(hit, positions, exact=every_match_changes) if hit.num_rows else None
             removed = added.slice(0, 0)
             if deletes is not None:
                 metrics_of_deletes = row_delete_metrics(deletes)

@@ -33,7 +33,6 @@ from txnlog.spark.writer import (
     matching_positions,
     remove_where,
     row_delete_metrics,
-    stage_row_deletes,
     tracks_row_ids,
     write_files,
 )
@@ -261,7 +260,7 @@ class SparkTransaction:
         if merge_on_read:
             # only the new versions of the updated rows
             adds = self._write(new_rows, inserted=False, preserve_row_ids=row_ids)
-            deletes = stage_row_deletes(self.txn, hit, positions)
+            deletes = self.txn.delete_rows(hit, positions)
             self._staged(deletes.removed, deletes.added)
             metrics = row_delete_metrics(deletes)
             metrics["numUpdatedRows"] = metrics.pop("numDeletedRows")

@@ -428,7 +428,7 @@ def remove_where(
     matches = F.coalesce(F.expr(predicate), F.lit(False))
     if txn.table_configuration.deletion_vectors_enabled:
         hit, positions = matching_positions(spark, snapshot, candidates, matches)
-        deletes = stage_row_deletes(txn, hit, positions)
+        deletes = txn.delete_rows(hit, positions)
         # Readers could tell these rows from the grown vectors (delta-spark writes no cdc file
         # here), but a reader that takes the protocol's rule literally would read the re-added
         # file's other rows as deleted and inserted: cdc files are exact for every reader, and
@@ -485,14 +485,6 @@ def positions_of(candidates: pa.Table, paths: pa.ChunkedArray | pa.Array, rows: 
     lists = rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows
     positions = [lists[i].values for i in range(len(lists))]
     return candidates.take(order), positions
-
-
-def stage_row_deletes(txn: OptimisticTransaction, files: pa.Table, positions: Sequence[pa.Array], *, exact: bool = True) -> RowDeletes:
-    """Mark ``positions[i]`` deleted in the deletion vector of ``files[i]`` (unioned with the
-    vector it has), writing the vector file on the driver, and stage the file actions.
-    ``exact``: the statement matched exactly these rows in the files it read (a DELETE's or
-    UPDATE's), which lets it commit through concurrent changes to other rows."""
-    return txn.delete_rows(files, list(positions), exact=exact)
 
 
 def files_with_matches(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, predicate: str) -> pa.Table:
@@ -637,7 +629,6 @@ __all__ = [
     "positions_of",
     "remove_where",
     "row_delete_metrics",
-    "stage_row_deletes",
     "stage_write",
     "start_write",
     "tracks_row_ids",
