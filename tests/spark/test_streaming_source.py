@@ -90,6 +90,75 @@ def test_stream_to_table_every_row_once_across_appends_and_restarts(spark_ds: An
     assert snapshot.app_transaction_version(app_id) is not None
 
 
+def _stream_reader(uri: str, **options: str) -> Any:
+    from txnlog.spark.datasource import TxnlogDataSource
+
+    source = TxnlogDataSource({"path": uri, **options})
+    return source.streamReader(source.schema())
+
+
+def _rows(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return sorted((r["id"], r.get("_change_type")) for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist())
+
+
+@pytest.mark.parametrize("change_feed", [False, True], ids=["files", "change-feed"])
+def test_first_batch_keeps_its_rows_when_spark_asks_the_initial_offset_again(tmp_path: Path, change_feed: bool) -> None:
+    """Spark's MicroBatchExecution plans batch 0 with ``latestOffset(initialOffset(), limit)``
+    and runs it with ``partitions(initialOffset(), end)``, a second call, as does a restart
+    whose batch 0 was planned and not committed. Commits landing in between must not move the
+    batch's start: that lost every row before them (the two-hop job's hop 2 saw once an empty
+    first batch)."""
+    uri = str(tmp_path / "src")
+    properties = {"delta.enableChangeDataFeed": "true"} if change_feed else None
+    _append(uri, 0, 10, properties)
+    _append(uri, 10, 10)
+    options = {"readChangeFeed": "true"} if change_feed else {}
+    planner = _stream_reader(uri, **options)
+    end = planner.latestOffset(planner.initialOffset(), planner.getDefaultReadLimit())
+    _append(uri, 20, 5)  # lands after batch 0 is planned
+    _append(uri, 25, 5)
+    kind = "insert" if change_feed else None
+    first = [(i, kind) for i in range(20)]
+    assert _rows(planner, planner.initialOffset(), end) == first  # the same process, asked again
+    restarted = _stream_reader(uri, **options)  # a restart: a new process, the offset log's end
+    assert _rows(restarted, restarted.initialOffset(), end) == first
+    following = restarted.latestOffset(end, restarted.getDefaultReadLimit())
+    assert _rows(restarted, end, following) == [(i, kind) for i in range(20, 30)]
+
+
+def test_starting_latest_begins_after_the_version_the_first_batch_finds(tmp_path: Path) -> None:
+    uri = str(tmp_path / "src")
+    _append(uri, 0, 10)
+    planner = _stream_reader(uri, startingVersion="latest")
+    _append(uri, 10, 5)  # before the first batch is planned: not read, as the query starts later
+    end = planner.latestOffset(planner.initialOffset(), planner.getDefaultReadLimit())
+    _append(uri, 15, 5)
+    assert _rows(planner, planner.initialOffset(), end) == []
+    following = planner.latestOffset(end, planner.getDefaultReadLimit())
+    assert _rows(planner, end, following) == [(i, None) for i in range(15, 20)]
+
+
+def test_restart_of_an_unfinished_first_batch_loses_no_row(spark_ds: Any, tmp_path: Path) -> None:
+    """The first batch fails after Spark has logged its end offset; the table moves on; the
+    restarted query runs that batch again from the same start."""
+    source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "sink"), str(tmp_path / "ckpt")
+    _append(source, 0, 10)
+    _append(source, 10, 10)
+
+    def fail(batch: Any, batch_id: int) -> None:
+        raise RuntimeError("the first batch fails")
+
+    query = spark_ds.readStream.format("txnlog").load(source).writeStream.foreachBatch(fail).option(
+        "checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    with pytest.raises(StreamingQueryException, match="the first batch fails"):
+        query.awaitTermination(180)
+    assert (tmp_path / "ckpt" / "offsets" / "0").exists() and not (tmp_path / "ckpt" / "commits" / "0").exists()
+    _append(source, 20, 5)
+    _append(source, 25, 5)
+    _run_to_table(spark_ds, source, sink, checkpoint)
+    assert _ids(sink) == list(range(30))
+
+
 def test_rate_limit_at_most_n_files_per_batch(spark_ds: Any, tmp_path: Path) -> None:
     source = str(tmp_path / "src")
     for i in range(5):

@@ -8,6 +8,12 @@ before the ``i``-th of version ``v`` has been read; ``snapshot`` says whether ve
 read whole (the starting snapshot) or as its commit's adds. A finished version rolls over to
 ``{"version": v + 1, "index": 0, "snapshot": false}``, so equal positions are equal dicts.
 
+Spark asks for the initial offset again when it runs the first batch, and after a restart whose
+first batch was planned but not committed, so that offset cannot depend on when it is asked. It
+is version -1: "the snapshot (or, for startingVersion=latest, the end) of the table when the
+first batch is planned". That batch stops at the end of the snapshot, so its end offset names
+the snapshot's version and every later call reads the same rows.
+
 Commits that remove data (DELETE, UPDATE, MERGE, an overwrite: ``remove`` actions with
 ``dataChange`` true) cannot be streamed as appends: they raise :class:`ChangeCommitError`
 naming the version and the operation, unless ``skipChangeCommits`` skips such a version
@@ -100,6 +106,11 @@ class Position:
 
     def next_version(self) -> Position:
         return Position(self.version + 1, 0, False)
+
+
+#: The initial offsets, resolved by the first batch (see the module's docstring).
+START_AT_SNAPSHOT = Position(-1, 0, True)
+START_AT_LATEST = Position(-1, 0, False)
 
 
 @dataclass
@@ -271,7 +282,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = self.options
         latest = self._latest_version()
         if options.starting_latest:
-            return Position(latest, 0, False).next_version().to_dict()
+            return START_AT_LATEST.to_dict()
         if options.starting_version is not None:
             if options.starting_version > latest:
                 raise VersionNotFoundError(
@@ -285,7 +296,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not later:
                 raise VersionNotFoundError(f"startingTimestamp {options.starting_timestamp} of {self.uri} is after the latest commit (version {latest})")
             return Position(later[0], 0, False).to_dict()
-        return Position(latest, 0, True).to_dict()
+        return START_AT_SNAPSHOT.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
         """One limit (Spark's Python API has no composite): files when maxFilesPerTrigger is set
@@ -316,6 +327,11 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._latest_version()
         last = latest if self._target is None else min(self._target, latest)
         position = Position.of(start)
+        if position == START_AT_LATEST:
+            return Position(last, 0, False).next_version().to_dict()
+        snapshot_only = position == START_AT_SNAPSHOT
+        if snapshot_only:
+            position = Position(last, 0, True)
         taken_files = taken_bytes = 0
         while position.version <= last:
             version = self._version(position, last)
@@ -331,6 +347,8 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 index += 1
             self._forget_before(position.version)
             position = position.next_version()
+            if snapshot_only:
+                break
         return position.to_dict()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802 - Spark's name
@@ -344,6 +362,11 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         first, stop = Position.of(start), Position.of(end)
+        if first == START_AT_LATEST:
+            return []
+        if first == START_AT_SNAPSHOT:
+            # The first batch ends inside the snapshot or right after it (see latestOffset).
+            first = Position(stop.version if stop.snapshot else stop.version - 1, 0, True)
         files: list[pa.Table] = []
         changes: list[VersionChanges] = []
         position = first
@@ -379,6 +402,8 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 __all__ = [
     "DEFAULT_MAX_FILES_PER_TRIGGER",
+    "START_AT_LATEST",
+    "START_AT_SNAPSHOT",
     "ChangeCommitError",
     "ChangesPartition",
     "Position",
