@@ -17,7 +17,9 @@ written by ``df.write.parquet`` (100 files too).
   read by ``txnlog.spark.read`` and the format, against ``spark.read.parquet(dir).where("id % 10
   <> 3")`` (the same rows).
 - **write**: ``df.write.format("txnlog").save``, ``df.write.parquet`` and ``txnlog.spark.write``
-  at 1M and 10M rows (4 input partitions), each run to a fresh path.
+  at 1M and 10M rows (4 input partitions), each run to a fresh path; and two floors, Python
+  data sources that drop Spark's Arrow batches or only write them with pyarrow (see
+  ``register_floors``): what any writer on this API pays before txnlog's own work.
 - **stream**: ``readStream.format("txnlog")`` of a source table → ``writeStream.format("txnlog")``
   into a sink table; one small append committed to the source at a time, and the time from its
   commit to the sink's commit of it (both commits' timestamps), median and p95 over N batches.
@@ -182,7 +184,63 @@ def bench_read(spark: Any, rows: int, rounds: int, warmup: int) -> list[list[str
     return out
 
 
-def bench_write(spark: Any, rows: int, rounds: int, warmup: int) -> list[list[str]]:
+def register_floors(spark: Any) -> None:
+    """Two throwaway write-only Python data sources that bound what any Python writer can reach:
+    ``floor_transfer`` takes Spark's Arrow batches and drops them (the JVM -> Python transfer
+    and the DataFrame's own work); ``floor_pyarrow`` writes each task's batches to one Parquet
+    file with pyarrow's ``ParquetWriter`` and nothing else (no log, no statistics). Defined here,
+    so Spark pickles them by value to its workers."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class Dropped(WriterCommitMessage):
+        pass
+
+    class TransferWriter(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return Dropped()
+
+    class PyarrowWriter(DataSourceArrowWriter):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            import uuid
+
+            import pyarrow.parquet as pq
+
+            writer = None
+            for batch in iterator:
+                if writer is None:
+                    os.makedirs(self.path, exist_ok=True)
+                    writer = pq.ParquetWriter(os.path.join(self.path, f"part-{uuid.uuid4().hex}.parquet"), batch.schema)
+                writer.write_batch(batch)
+            if writer is not None:
+                writer.close()
+            return Dropped()
+
+    class FloorTransfer(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "floor_transfer"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            return TransferWriter()
+
+    class FloorPyarrow(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "floor_pyarrow"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            return PyarrowWriter(self.options["path"])
+
+    spark.dataSource.register(FloorTransfer)
+    spark.dataSource.register(FloorPyarrow)
+
+
+def bench_write(spark: Any, rows: int, rounds: int, warmup: int) -> tuple[list[str], list[str]]:
     import txnlog.spark as ts
 
     df = rows_df(spark, rows, 4)
@@ -212,11 +270,24 @@ def bench_write(spark: Any, rows: int, rounds: int, warmup: int) -> list[list[st
         ts.write(df, path)
         done(path)
 
+    def transfer() -> None:
+        df.write.format("floor_transfer").mode("append").save(fresh("transfer"))
+
+    def pyarrow_only() -> None:
+        path = fresh("pyarrow")
+        df.write.format("floor_pyarrow").mode("append").save(path)
+        done(path)
+
     log.info("write %d rows", rows)
-    times, _ = interleaved({"format": fmt, "parquet": parquet, "txnlog.spark.write": function}, rounds, warmup=warmup)
+    contenders = {"format": fmt, "parquet": parquet, "txnlog.spark.write": function, "transfer": transfer, "pyarrow": pyarrow_only}
+    times, _ = interleaved(contenders, rounds, warmup=warmup)
     f, t = paired_ratio(times["format"], times["parquet"]), paired_ratio(times["txnlog.spark.write"], times["parquet"])
-    return [[f"write {rows:,} rows", ms(median(times["format"])), ms(median(times["txnlog.spark.write"])), ms(median(times["parquet"])),
-             ratio(f), f"≤ 1.15x: {verdict(f, 1.15)}", ratio(t), "–"]]
+    row = [f"write {rows:,} rows", ms(median(times["format"])), ms(median(times["txnlog.spark.write"])), ms(median(times["parquet"])),
+           ratio(f), f"≤ 1.15x: {verdict(f, 1.15)}", ratio(t), "–"]
+    floors = [f"write {rows:,} rows", ms(median(times["transfer"])), ms(median(times["pyarrow"])), ms(median(times["format"])),
+              ms(median(times["parquet"])), ratio(paired_ratio(times["transfer"], times["parquet"])),
+              ratio(paired_ratio(times["pyarrow"], times["parquet"])), ratio(f), ratio(paired_ratio(times["format"], times["pyarrow"]))]
+    return row, floors
 
 
 def bench_stream(spark: Any, batches: int, rows_per_batch: int) -> list[str]:
@@ -287,9 +358,13 @@ def main() -> None:
     stream: list[str] | None = None
     if "read" in only:
         table += bench_read(spark, rows, rounds, args.warmup)
+    floors: list[list[str]] = []
     if "write" in only:
+        register_floors(spark)
         for n in write_rows:
-            table += bench_write(spark, n, rounds, args.warmup)
+            row, floor = bench_write(spark, n, rounds, args.warmup)
+            table.append(row)
+            floors.append(floor)
     if "stream" in only:
         stream = bench_stream(spark, batches, 1000)
     print("## Spark data source\n")
@@ -299,6 +374,10 @@ def main() -> None:
     if table:
         print(markdown_table(["what", "format(\"txnlog\")", "txnlog.spark", "plain Spark Parquet", "format / parquet", "goal",
                               "txnlog.spark / parquet", "≤ 1.2x"], table))
+    if floors:
+        print("\nWrite floors (throwaway Python data sources: Arrow batches dropped; written by pyarrow's ParquetWriter alone)\n")
+        print(markdown_table(["what", "transfer only", "pyarrow writer", "format(\"txnlog\")", "df.write.parquet",
+                              "transfer / parquet", "pyarrow / parquet", "format / parquet", "format / pyarrow"], floors))
     if stream is not None:
         print()
         print(markdown_table(["stream", "median", "p95", "max"], [stream]))
