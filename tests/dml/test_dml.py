@@ -152,6 +152,26 @@ def test_merge_prunes_target_files_by_the_source_key_range(tmp_path: Path) -> No
     assert _metrics(table)["numTargetDeletionVectorsAdded"] == 1  # the file of ids 10..19 only
 
 
+def test_copy_on_write_merge_replaces_each_matched_file_by_one_and_leaves_no_file_when_it_fails(tmp_path: Path) -> None:
+    table = _table(tmp_path, dv=False)
+    table.append(_rows(range(20, 30), "c"))
+    root = tmp_path / "t"
+    before, version = _listing(root), table.latest_version()
+    # The files of ids 0..9 and 20..29 are rewritten at once; the second cannot take its value.
+    with pytest.raises(InvalidArgumentError, match="cannot be cast"):
+        table.merge(pa.table({"id": [3, 25], "v": ["7", "x"]}), "id", when_matched_update={"v": "s.v"})
+    assert _listing(root) == before and table.latest_version() == version
+    untouched = [f["path"] for f in table.snapshot().files().to_pylist() if json.loads(f["stats"])["minValues"]["id"] == 10]
+    table.merge(pa.table({"id": [3, 25], "v": [7, 8]}), "id", when_matched_update={"v": "s.v"})
+    metrics = _metrics(table)
+    assert (metrics["numTargetFilesRemoved"], metrics["numTargetFilesAdded"], metrics["numTargetRowsCopied"]) == (2, 2, 18)
+    files = table.snapshot().files()
+    assert len(untouched) == 1 and untouched[0] in files.column("path").to_pylist() and files.num_rows == 3
+    assert sorted(json.loads(s)["numRecords"] for s in files.column("stats").to_pylist()) == [10, 10, 10]
+    got = {r["id"]: r["v"] for r in table.snapshot().to_arrow(["id", "v"]).to_pylist()}
+    assert got == {i: {3: 7, 25: 8}.get(i, i * 10) for i in range(30)}
+
+
 # --- DELETE and UPDATE ---------------------------------------------------------------------------
 
 

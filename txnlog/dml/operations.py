@@ -17,24 +17,29 @@ The metrics are delta-spark's names; they are also recorded as the commit's oper
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_range_predicate, merge_parameters
-from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError
+from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError, TxnLogError
 from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.tree import Reference
 from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID, ReadContext
 from txnlog.snapshot import READ_THREADS, Snapshot
+from txnlog.storage import locate
 from txnlog.txn.transaction import OptimisticTransaction
-from txnlog.write import write_change_files
+from txnlog.write import WrittenFiles, write_change_files
 from txnlog.write.changes import CHANGE_TYPE_COLUMN
 
 ROW_INDEX = "__txnlog_row_index"
@@ -158,6 +163,43 @@ def _files_at(files: pa.Table, indexes: Sequence[int]) -> pa.Table:
     return files.take(pa.array(indexes, pa.int64()))
 
 
+T = TypeVar("T")
+
+
+def _each(work: Callable[[int], T], items: Iterable[int], *, undo: Callable[[T], None] | None = None) -> list[T]:
+    """``work(item)`` for each item, in order, ``READ_THREADS`` at once (Arrow's reads, compute
+    and Parquet writes release the GIL). On an error, the items not yet started are cancelled,
+    ``undo`` is given the results of those that finished, and the error is raised."""
+    chosen = list(items)
+    if len(chosen) <= 1 or READ_THREADS <= 1:
+        done: list[T] = []
+        try:
+            for item in chosen:
+                done.append(work(item))
+        except BaseException:
+            _undo(undo, done)
+            raise
+        return done
+    with ThreadPoolExecutor(min(READ_THREADS, len(chosen)), thread_name_prefix="txnlog-dml") as pool:
+        futures = [pool.submit(work, item) for item in chosen]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            f.cancel()  # those not started; a failure's siblings already running finish
+    failed = [f for f in futures if not f.cancelled() and f.exception() is not None]
+    if not failed:
+        return [f.result() for f in futures]
+    _undo(undo, [f.result() for f in futures if not f.cancelled() and f.exception() is None])
+    error = failed[0].exception()
+    assert error is not None
+    raise error
+
+
+def _undo(undo: Callable[[T], None] | None, results: Sequence[T]) -> None:
+    if undo is not None:
+        for result in results:
+            undo(result)
+
+
 def _matching_positions(ctx: ReadContext, files: pa.Table, predicate: FilePredicate) -> list[pa.Array]:
     """Per file: the physical positions of its live rows on which ``predicate`` is TRUE (only the
     predicate's columns are read)."""
@@ -208,6 +250,13 @@ class _Output:
         self.write_schema = pa.schema([*schema, *ids])
         self.change_schema = schema.append(pa.field(CHANGE_TYPE_COLUMN, pa.string()))
         self.change_rows: list[pa.Table] = []
+
+    def part(self) -> _Output:
+        """An output for one file's rows, with change rows of its own (files are worked on in
+        threads); the caller adds them to this one's, in file order."""
+        part = copy.copy(self)
+        part.change_rows = []
+        return part
 
     # The ``ReadContext.read`` options under which old rows carry their ids.
     @property
@@ -260,25 +309,31 @@ class _Output:
 
 
 def _stage(txn: OptimisticTransaction, snapshot: Snapshot, candidates: pa.Table, changes: _RowChanges,
-           new_rows: Iterator[pa.Table], output: _Output) -> Metrics:
+           new_rows: Iterator[pa.Table], output: _Output, *, written: Sequence[WrittenFiles] = (), written_rows: int = 0,
+           started: float | None = None) -> Metrics:
     """Write ``new_rows`` (a lazy stream of ``output.write_schema`` tables: it fills ``changes``
     and ``output``'s change rows as it goes), then the change files, then stage the removes and
-    the deletion vectors. File counts as delta-spark reports them: a file whose vector changes
+    the deletion vectors; ``written`` (``written_rows`` rows) were already written, and are
+    staged with them. File counts as delta-spark reports them: a file whose vector changes
     is not counted as removed nor added (its remove+add pair only swaps the vector); only new
-    data files are added and only dropped files are removed."""
-    start = time.monotonic()
-    written = [0]
+    data files are added and only dropped files are removed. ``rewriteTimeMs`` counts from
+    ``started`` (default: now)."""
+    start = time.monotonic() if started is None else started
+    counted_rows = [written_rows]
 
     def counted() -> Iterator[pa.RecordBatch]:
         for table in new_rows:
-            written[0] += table.num_rows
+            counted_rows[0] += table.num_rows
             yield from table.to_batches()
 
     adds = txn.write(pa.RecordBatchReader.from_batches(output.write_schema, counted()), preserve_row_ids=output.tracking)
+    for files in written:
+        txn.add_files(files.files)
+        adds = [*adds, *files.add_files]
     metrics: Metrics = {
         # The transaction's own counts would include a vector's remove+add: these are the data.
         "numFiles": len(adds),
-        "numOutputRows": written[0],
+        "numOutputRows": counted_rows[0],
         "numOutputBytes": sum(a.size for a in adds),
         "numAddedFiles": len(adds),
         "numAddedBytes": sum(a.size for a in adds),
@@ -495,6 +550,38 @@ class _PrefixedScope(_Scope):
         super().__init__(sides, default=list(sides))
 
 
+@dataclass
+class _MergedFile:
+    """One target file's part of a MERGE: its changed rows' positions and counts, the new rows
+    to write (merge-on-read) or the file that replaces it, already written (copy-on-write)."""
+
+    changed: pa.Array  # physical positions of the rows deleted or updated
+    output: _Output  # with this file's change rows
+    deleted: int = 0
+    updated: int = 0
+    copied: int = 0
+    rows: list[pa.Table] = field(default_factory=list)
+    written: WrittenFiles | None = None
+    written_rows: int = 0
+
+
+def _lookup_key(keyed_source: pa.Table, pairs: Sequence[tuple[str, str]], residual: Sequence[object]) -> pa.Array | None:
+    """The source's key values, when matching a target row is a lookup of its one key among
+    them: ON is one equality, the values are unique and compare exactly (not floating point,
+    whose NaN and -0.0 the join treats its own way). None otherwise (the rows are joined)."""
+    if len(pairs) != 1 or residual:
+        return None
+    keys = keyed_source.column(f"s.{pairs[0][1]}")
+    kind = keys.type
+    exact = (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+             or pa.types.is_large_binary(kind) or pa.types.is_date(kind) or pa.types.is_timestamp(kind) or pa.types.is_decimal(kind)
+             or pa.types.is_boolean(kind))
+    if not exact:
+        return None
+    values = keys.combine_chunks()
+    return values if pc.count_distinct(values).as_py() == len(values) else None
+
+
 def merge(
     txn: OptimisticTransaction,
     source: pa.Table | pa.RecordBatchReader,
@@ -575,14 +662,27 @@ def merge(
         candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
     keyed_source = _prefixed(_with_key_types(keyed, pairs, schema, txn.uri), "s.")
 
-    # 1. Match, file by file, reading the keys and what the rest of ON needs.
+    # 1. Match, file by file, reading the keys and what the rest of ON needs. One key without
+    # residual condition, whose source values are unique, is looked up (a target row can then
+    # match one source row at most); other conditions join.
     needed = sorted({t for t, _ in pairs} | _target_columns_read([node for node, _ in residual], target_lower))
-    matches: dict[int, pa.Table] = {}  # file index -> (ROW_INDEX, SOURCE_ROW) of its matched rows
-    for i, rows in ctx.read_each(candidates, parallel=READ_THREADS, columns=needed, row_index=ROW_INDEX):
-        rows = _prefixed(_all_valid(rows, [t for t, _ in pairs]), "t.")
-        if rows.num_rows == 0:
-            continue
-        joined = rows.join(keyed_source, keys=[f"t.{t}" for t, _ in pairs], right_keys=[f"s.{s}" for _, s in pairs],
+    store = txn.location.store
+    lookup = _lookup_key(keyed_source, pairs, residual)
+
+    def match(i: int) -> tuple[pa.Table, pa.Table] | None:
+        """File i's matched rows, (ROW_INDEX, SOURCE_ROW), and the rows read; None when none match."""
+        rows = ctx.read(candidates.slice(i, 1), columns=needed, row_index=ROW_INDEX, store=store)
+        if lookup is not None:
+            at = pc.index_in(rows.column(pairs[0][0]), value_set=lookup)  # the source has no NULL key
+            hit = at.is_valid()
+            if not pc.any(hit).as_py():
+                return None
+            source_rows = keyed_source.column(SOURCE_ROW).take(at.filter(hit))
+            return pa.table({ROW_INDEX: rows.column(ROW_INDEX).filter(hit), SOURCE_ROW: source_rows}), rows
+        keys = _prefixed(_all_valid(rows, [t for t, _ in pairs]), "t.")
+        if keys.num_rows == 0:
+            return None
+        joined = keys.join(keyed_source, keys=[f"t.{t}" for t, _ in pairs], right_keys=[f"s.{s}" for _, s in pairs],
                            join_type="inner", coalesce_keys=False, use_threads=False)
         if residual and joined.num_rows:
             scope = _PrefixedScope(_complete(joined, columns), columns, source_columns, txn.uri)
@@ -592,76 +692,145 @@ def merge(
                 keep = mask if keep is None else pc.and_(keep, mask)
             joined = joined.filter(keep)
         if joined.num_rows == 0:
-            continue
+            return None
         if matched_clause:
             _refuse_duplicates(joined, pairs, candidates, i, txn.uri)
-        matches[i] = joined.select([ROW_INDEX, SOURCE_ROW])
-    scan_ms = _ms(start)
+        return joined.select([ROW_INDEX, SOURCE_ROW]).combine_chunks(), rows
 
-    # 2. Write: the touched files' new rows (copy-on-write: with their unchanged rows), then the
-    # inserts; mark the changed rows (merge-on-read).
+    # 2. Each touched file's new rows (copy-on-write: with its unchanged rows, written as one new
+    # file per file, files in parallel); mark the changed rows (merge-on-read), whose new
+    # versions are written with the inserts, once.
     dv_mode = txn.table_configuration.deletion_vectors_enabled
     changes = _RowChanges(dv_mode)
     counts = dict.fromkeys(("updated", "deleted", "inserted"), 0)
-
-    if dv_mode:
-        changes.matched = {i: m.column(ROW_INDEX).combine_chunks() for i, m in matches.items()}
     output = _Output(txn, schema)
 
     # Merge-on-read writes only the new row versions: of the old rows it needs just what the
     # clauses read and the columns an update leaves as they are (all of them for change data).
-    read_columns = None
+    read_columns = columns
     if dv_mode and not output.change_data:
         clause_nodes = [node for node, _ in update_values.values()] + ([delete_condition[0]] if delete_condition else [])
         kept = set(columns) - set(update_values) if updates is not None else set()
         read_columns = [c for c in columns if c in kept | _target_columns_read(clause_nodes, target_lower)]
+    write_ctx = txn.write_context()
+    if not dv_mode:
+        txn.table_configuration.check_writable(f"table {txn.uri}")
+
+    def merged(i: int, matched: pa.Table, have: pa.Table | None) -> _MergedFile | None:
+        """File i's part: ``matched`` its matched rows, ``have`` what was read of it already (its
+        live rows in file order, with ROW_INDEX), if kept."""
+        part = output.part()
+        missing = [c for c in read_columns if have is None or c not in have.column_names]
+        if missing or output.row_id is not None or have is None:
+            rows = ctx.read(candidates.slice(i, 1), columns=missing, row_index=ROW_INDEX, store=store,
+                            row_id=output.row_id, row_commit_version=output.row_commit_version)
+            if have is not None and rows.num_rows != have.num_rows:
+                raise TxnLogError(f"merge into {txn.uri}: data file {candidates.column('path')[i]} changed while it was read")
+        else:
+            rows = have.select([ROW_INDEX])
+        for c in columns:  # what was read before; columns no clause reads, as NULL
+            if c in rows.column_names:
+                continue
+            values = have.column(c) if have is not None and c in have.column_names else pa.nulls(rows.num_rows, schema.field(c).type)
+            rows = rows.append_column(pa.field(c, schema.field(c).type), values)
+        # Both ascending: each matched row's place among the rows read.
+        at = np.searchsorted(rows.column(ROW_INDEX).to_numpy(), matched.column(ROW_INDEX).to_numpy())
+        target_rows = rows.take(at)
+        joined = pa.Table.from_arrays(
+            [target_rows.column(c) for c in columns] + [src.column(c).take(matched.column(SOURCE_ROW)) for c in source_columns],
+            names=[f"t.{c}" for c in columns] + [f"s.{c}" for c in source_columns],
+        )
+        scope = _PrefixedScope(joined, columns, source_columns, txn.uri)
+        n = joined.num_rows
+        if when_matched_delete is True:
+            deleted = pa.chunked_array([pa.repeat(True, n)], pa.bool_())
+        elif delete_condition is not None:
+            deleted = scope.mask(delete_condition[0], delete_condition[1], n)
+        else:
+            deleted = pa.chunked_array([pa.repeat(False, n)], pa.bool_())
+        updated = pc.invert(deleted) if updates is not None else pa.chunked_array([pa.repeat(False, n)], pa.bool_())
+        changed = pc.fill_null(pc.or_(deleted, updated), False).to_numpy(zero_copy_only=False)
+        if not changed.any():
+            return None
+        out = _MergedFile(matched.column(ROW_INDEX).filter(pa.array(changed)).combine_chunks(), part,
+                          deleted=int(pc.sum(deleted).as_py() or 0), updated=int(pc.sum(updated).as_py() or 0))
+        part.deleted(target_rows.filter(deleted))
+        if not dv_mode:
+            unchanged = np.ones(rows.num_rows, dtype=bool)
+            unchanged[at[changed]] = False
+            copied = rows.filter(pa.array(unchanged))
+            out.copied = copied.num_rows
+            out.rows.append(part.copied(copied))
+        if updates is not None:
+            new = joined.filter(updated)
+            new_scope = _PrefixedScope(new, columns, source_columns, txn.uri)
+            plain = new.select([f"t.{c}" for c in columns]).rename_columns(columns)
+            assigned = _assigned(plain, new_scope, update_values, schema, table=txn.uri, what="when_matched_update")
+            out.rows.append(part.updated(target_rows.filter(updated), assigned))
+        if not dv_mode:  # this file's new contents
+            batches = [batch for table in out.rows for batch in table.to_batches()]
+            out.written = write_ctx.write(pa.RecordBatchReader.from_batches(output.write_schema, batches), store=store,
+                                          preserve_row_ids=output.tracking)
+            out.written_rows = sum(t.num_rows for t in out.rows)
+            out.rows = []
+        return out
+
+    def forget(result: tuple[pa.Table, _MergedFile | None] | None) -> None:
+        """Delete the file a failed MERGE wrote for one target file (it would be an orphan)."""
+        done = result[1] if result is not None else None
+        for add in done.written.add_files if done is not None and done.written is not None else []:
+            relative = locate(txn.uri, add.path).relative
+            if relative is not None:
+                with contextlib.suppress(TxnLogError):
+                    store.delete(relative)
+
+    results: dict[int, tuple[pa.Table, _MergedFile | None]] = {}  # file index -> its matched rows, its part
+    if lookup is not None and matched_clause:
+        # No target row can match twice (no DuplicateMatchError to raise before writing): each
+        # file is matched and rewritten at once, its keys read once.
+        def whole(i: int) -> tuple[pa.Table, _MergedFile | None] | None:
+            found = match(i)
+            return None if found is None else (found[0], merged(i, found[0], found[1]))
+
+        indexes = range(candidates.num_rows)
+        results = {i: r for i, r in zip(indexes, _each(whole, indexes, undo=forget), strict=True) if r is not None}
+        scan_ms = _ms(start)
+    else:
+        # Every file is matched (and duplicates refused) before any is rewritten; the rows read
+        # to match are not kept meanwhile.
+        found = _each(lambda i: None if (m := match(i)) is None else m[0], range(candidates.num_rows))
+        matches = {i: m for i, m in enumerate(found) if m is not None}
+        scan_ms = _ms(start)
+        touched = sorted(matches) if matched_clause else []
+        rewritten = _each(lambda i: (matches[i], merged(i, matches[i], None)), touched, undo=forget)
+        results = {i: (m, None) for i, m in matches.items()} | dict(zip(touched, rewritten, strict=True))
+    rewrite_start = time.monotonic()
+
+    if dv_mode:
+        changes.matched = {i: m.column(ROW_INDEX).combine_chunks() for i, (m, _) in sorted(results.items())}
+    written = []
+    written_rows = 0
+    new_versions: list[pa.Table] = []
+    for i, (_, result) in sorted(results.items()):
+        if result is None:
+            continue
+        counts["deleted"] += result.deleted
+        counts["updated"] += result.updated
+        output.change_rows.extend(result.output.change_rows)
+        if dv_mode:
+            changes.positions[i] = result.changed
+        else:
+            changes.rewritten.append(i)
+            changes.copied_rows += result.copied
+        if result.written is not None:
+            written.append(result.written)
+            written_rows += result.written_rows
+        new_versions.extend(result.rows)
 
     def new_rows() -> Iterator[pa.Table]:
-        touched = sorted(matches) if matched_clause else []
-        for i, rows in ctx.read_each(candidates, touched, parallel=READ_THREADS, columns=read_columns, row_index=ROW_INDEX,
-                                     row_id=output.row_id, row_commit_version=output.row_commit_version):
-            matched = matches[i]
-            if read_columns is not None:  # columns no clause reads, as NULL
-                for c in columns:
-                    if c not in rows.column_names:
-                        rows = rows.append_column(pa.field(c, schema.field(c).type), pa.nulls(rows.num_rows, schema.field(c).type))
-            at = pc.index_in(matched.column(ROW_INDEX), value_set=rows.column(ROW_INDEX))
-            target_rows = rows.take(at)
-            joined = pa.Table.from_arrays(
-                [target_rows.column(c) for c in columns] + [src.column(c).take(matched.column(SOURCE_ROW)) for c in source_columns],
-                names=[f"t.{c}" for c in columns] + [f"s.{c}" for c in source_columns],
-            )
-            scope = _PrefixedScope(joined, columns, source_columns, txn.uri)
-            n = joined.num_rows
-            if when_matched_delete is True:
-                deleted = pa.chunked_array([pa.repeat(True, n)], pa.bool_())
-            elif delete_condition is not None:
-                deleted = scope.mask(delete_condition[0], delete_condition[1], n)
-            else:
-                deleted = pa.chunked_array([pa.repeat(False, n)], pa.bool_())
-            updated = pc.invert(deleted) if updates is not None else pa.chunked_array([pa.repeat(False, n)], pa.bool_())
-            changed = pc.or_(deleted, updated)
-            changed_positions = matched.column(ROW_INDEX).filter(changed)
-            if len(changed_positions) == 0:
-                continue
-            counts["deleted"] += int(pc.sum(deleted).as_py() or 0)
-            counts["updated"] += int(pc.sum(updated).as_py() or 0)
-            output.deleted(target_rows.filter(deleted))
-            if dv_mode:
-                changes.positions[i] = changed_positions.combine_chunks()
-            else:
-                changes.rewritten.append(i)
-                unchanged = rows.filter(pc.invert(pc.is_in(rows.column(ROW_INDEX), value_set=changed_positions.combine_chunks())))
-                changes.copied_rows += unchanged.num_rows
-                yield output.copied(unchanged)
-            if updates is not None:
-                new = joined.filter(updated)
-                new_scope = _PrefixedScope(new, columns, source_columns, txn.uri)
-                plain = new.select([f"t.{c}" for c in columns]).rename_columns(columns)
-                assigned = _assigned(plain, new_scope, update_values, schema, table=txn.uri, what="when_matched_update")
-                yield output.updated(target_rows.filter(updated), assigned)
+        yield from new_versions
         if inserts is not None:
-            matched_sources = [m.column(SOURCE_ROW) for m in matches.values()]
+            matched_sources = [m.column(SOURCE_ROW) for m, _ in results.values()]
             taken = pa.chunked_array(matched_sources, pa.int64()) if matched_sources else pa.chunked_array([], pa.int64())
             fresh = src.filter(pc.invert(pc.is_in(src.column(SOURCE_ROW), value_set=taken.combine_chunks())))
             counts["inserted"] = fresh.num_rows
@@ -677,7 +846,8 @@ def merge(
                         arrays.append(pa.nulls(part.num_rows, f.type))
                 yield output.inserted(pa.Table.from_arrays(arrays, schema=schema))
 
-    staged = _stage(txn, snapshot, candidates, changes, new_rows(), output)
+    staged = _stage(txn, snapshot, candidates, changes, new_rows(), output, written=written, written_rows=written_rows,
+                    started=rewrite_start)
     metrics.update(
         {name: staged[name] for name in ("numFiles", "numOutputBytes", "numAddedFiles", "numRemovedFiles")},
         numTargetRowsInserted=counts["inserted"],
@@ -706,6 +876,8 @@ def _all_valid(rows: pa.Table, names: Sequence[str]) -> pa.Table:
     """The rows where every one of ``names`` is set (a NULL key matches nothing)."""
     mask = None
     for name in names:
+        if not rows.column(name).null_count:
+            continue
         valid = pc.is_valid(rows.column(name))
         mask = valid if mask is None else pc.and_(mask, valid)
     return rows if mask is None else rows.filter(mask)

@@ -265,8 +265,8 @@ class ReadContext:
                 position = 0
                 if not read:  # only partition columns or columns the file predates: count rows
                     chunks: Iterable[pa.RecordBatch | int] = _row_counts(parquet.metadata.num_rows, batch_rows)
-                else:
-                    chunks = parquet.iter_batches(batch_size=batch_rows, columns=read, use_threads=False)
+                else:  # Arrow decodes a row group's columns in parallel on its own pool, without the GIL
+                    chunks = parquet.iter_batches(batch_size=batch_rows, columns=read, use_threads=True)
                 for chunk in chunks:
                     n = chunk if isinstance(chunk, int) else chunk.num_rows
                     arrays = []
