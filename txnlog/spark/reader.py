@@ -5,9 +5,10 @@ reads those files (so reads cost what ``spark.read.parquet`` costs) with the tab
 schema; txnlog then adds what Parquet files do not hold:
 
 - partition columns, from each file's ``partitionValues`` typed by the table schema, not from
-  directory names: a small broadcast table, one row per file, joined on Spark's own
-  ``_metadata.file_path`` text (worked out once per file on the driver from
-  ``DataFrame.inputFiles``, so no row pays for a path conversion);
+  directory names: a small broadcast table, one row per file, joined on ``xxhash64`` of
+  Spark's own ``_metadata.file_path`` text (the texts worked out once per file on the driver
+  from ``DataFrame.inputFiles``, so no row pays for a path conversion; a long key costs far
+  less per row than the text);
 - logical column names under column mapping (files hold physical names);
 - deletion vectors, decoded on the driver into one bitset per file that travels in the same
   broadcast row as the file's partition values; each row's bit, found by
