@@ -85,10 +85,30 @@ def test_deletion_vectors_are_applied_by_each_row_position_without_a_join_on_del
     assert sorted(r.id for r in df.collect()) == kept
     plan = df._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]  # the plan that ran
     assert plan.count("BroadcastHashJoin") == 1 and "LeftAnti" not in plan, plan
+    # Rows meet their file's row on a long hashed from the path, not on the path's text.
+    assert "BroadcastHashJoin [_txnlog_spark_path_hash" in plan and "xxhash64(_metadata" in plan, plan
+    # Deletes over most of each file's blocks: one flat bitset per file, one lookup per row.
+    assert "_txnlog_deleted_blocks" not in plan, plan
     snapshot = txnlog.Table(uri).snapshot()
     positions = ts.read_files(spark, snapshot, snapshot.files(), with_row_index=True)
     assert sorted((r.id, r[ROW_INDEX_COLUMN]) for r in positions.collect()) == [(i, i % per_file) for i in kept]
     assert ts.read(spark, uri, version=3).count() == 3 * per_file  # before the deletes
+
+
+def test_sparse_deletes_travel_as_a_two_level_bitset_and_keep_every_other_row(spark: Any, tmp_path: Path) -> None:
+    """Three deleted rows blocks apart in a file of 100,000: a flat bitset would take a bit per
+    row up to the last deleted one, the two-level one a word array per block holding a delete."""
+    uri = str(tmp_path / "t")
+    table = txnlog.Table.create(uri, pa.schema([("id", pa.int64())]), properties={"delta.enableDeletionVectors": "true"})
+    rows = 100_000
+    table.append(pa.table({"id": pa.array(range(rows), pa.int64())}))
+    table.append(pa.table({"id": pa.array(range(rows, rows + 10), pa.int64())}))
+    gone = {0, 4095, 4096, 50_000, rows - 1, rows + 9}
+    table.delete(f"id in ({', '.join(map(str, sorted(gone)))})")
+    df = ts.read(spark, uri)
+    assert sorted(r.id for r in df.collect()) == [i for i in range(rows + 10) if i not in gone]
+    plan = df._jdf.queryExecution().executedPlan().toString().split("== Initial Plan ==")[0]
+    assert "_txnlog_deleted_blocks" in plan, plan
 
 
 def test_rows_of_files_without_a_deletion_vector_are_not_joined_to_their_file(spark: Any, tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ reads those files (so reads cost what ``spark.read.parquet`` costs) with the tab
 schema; txnlog then adds what Parquet files do not hold:
 
 - partition columns, from each file's ``partitionValues`` typed by the table schema, not from
-  directory names: a small broadcast table, one row per file, joined on Spark's own
-  ``_metadata.file_path`` text (worked out once per file on the driver from
-  ``DataFrame.inputFiles``, so no row pays for a path conversion);
+  directory names: a small broadcast table, one row per file, joined on ``xxhash64`` of
+  Spark's own ``_metadata.file_path`` text (the texts worked out once per file on the driver
+  from ``DataFrame.inputFiles``, so no row pays for a path conversion; a long key costs far
+  less per row than the text);
 - logical column names under column mapping (files hold physical names);
 - deletion vectors, decoded on the driver into one bitset per file that travels in the same
   broadcast row as the file's partition values; each row's bit, found by
@@ -60,6 +61,8 @@ _DEFAULT_VERSION = "_txnlog_default_row_commit_version"
 _DELETED_FIRST = "_txnlog_deleted_first"
 _DELETED_BLOCKS = "_txnlog_deleted_blocks"
 _DELETED_WORDS = "_txnlog_deleted_words"
+_PATH_HASH = "_txnlog_path_hash"
+_SPARK_PATH_HASH = "_txnlog_spark_path_hash"
 # A deletion bitset's blocks: 4096 rows, 64 words of 64 bits.
 _BLOCK_BITS = 12
 _BLOCK_WORDS = 1 << (_BLOCK_BITS - 6)
@@ -131,25 +134,52 @@ def _file_schema(snapshot: Snapshot) -> tuple[list[dict[str, Any]], dict[str, An
 
 
 def _deleted_bitsets(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
-    """Per row of ``files``, the rows its deletion vector deletes as a two-level bitset (all
-    null for a file without one), or None when no file has one. Rows go in blocks of 4096:
-    :data:`_DELETED_BLOCKS` gives, per block from :data:`_DELETED_FIRST` on, where its 64 words
-    start in :data:`_DELETED_WORDS` (null for a block with no deleted row, which takes no
-    words). A block costs 4 bytes, a block with deletions 512 more: never more than 64 bytes
-    per deleted row, and one bit per row when deletes are dense. The core reader decodes the
-    vectors (the one place they are read)."""
-    firsts: list[int | None] = []
-    blocks: list[pa.Array | None] = []
-    words: list[np.ndarray | None] = []
+    """Per row of ``files``, the rows its deletion vector deletes as a bitset (all null for a
+    file without one), or None when no file has one. Two layouts, one per table:
+
+    - flat (:data:`_DELETED_WORDS` only): bit ``i`` of word ``i >> 6`` for row ``i``, up to the
+      last deleted row. One array lookup per row; chosen when it takes at most twice the bytes
+      of the two-level layout (deletes spread over most blocks);
+    - two-level: rows go in blocks of 4096; :data:`_DELETED_BLOCKS` gives, per block from
+      :data:`_DELETED_FIRST` on, where its 64 words start in :data:`_DELETED_WORDS` (null for a
+      block with no deleted row, which takes no words). A block costs 4 bytes, a block with
+      deletions 512 more: never more than 64 bytes per deleted row, however sparse the deletes.
+
+    The core reader decodes the vectors (the one place they are read)."""
+    deleted: list[np.ndarray | None] = []
+    flat_bytes = two_level_bytes = 0
     for index, rows in enumerate(snapshot.read_context().deleted_rows(files, snapshot.store)):
         if rows is None or not len(rows):
-            firsts.append(None)
-            blocks.append(None)
-            words.append(None)
+            deleted.append(None)
             continue
         positions = rows.to_numpy(zero_copy_only=False).astype(np.int64)
         if positions[-1] >= _MAX_ROWS:
             raise DeletionVectorError(f"the deletion vector of {files.column('path')[index]} in table {snapshot.uri} names row {positions[-1]}, past what a data file holds")
+        deleted.append(positions)
+        blocks = positions >> _BLOCK_BITS
+        flat_bytes += ((int(positions[-1]) >> 6) + 1) * 8
+        two_level_bytes += (int(blocks[-1] - blocks[0]) + 1) * 4 + len(np.unique(blocks)) * _BLOCK_WORDS * 8
+    if all(d is None for d in deleted):
+        return None
+    if flat_bytes <= 2 * two_level_bytes:
+        flat: list[np.ndarray | None] = []
+        for positions in deleted:
+            if positions is None:
+                flat.append(None)
+                continue
+            flags = np.zeros(((int(positions[-1]) >> 6) + 1) << 6, dtype=bool)
+            flags[positions] = True
+            flat.append(np.packbits(flags, bitorder="little").view("<i8"))
+        return pa.table({_DELETED_WORDS: pa.array(flat, pa.list_(pa.int64()))})
+    firsts: list[int | None] = []
+    starts_of: list[pa.Array | None] = []
+    words: list[np.ndarray | None] = []
+    for positions in deleted:
+        if positions is None:
+            firsts.append(None)
+            starts_of.append(None)
+            words.append(None)
+            continue
         present, block_of = np.unique(positions >> _BLOCK_BITS, return_inverse=True)
         starts = np.zeros(present[-1] - present[0] + 1, dtype=np.int32)
         starts[present - present[0]] = np.arange(len(present), dtype=np.int32) * _BLOCK_WORDS
@@ -158,22 +188,26 @@ def _deleted_bitsets(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
         flags = np.zeros(len(present) << _BLOCK_BITS, dtype=bool)
         flags[(block_of << _BLOCK_BITS) + (positions & ((1 << _BLOCK_BITS) - 1))] = True
         firsts.append(int(present[0]))
-        blocks.append(pa.array(starts, mask=empty))
+        starts_of.append(pa.array(starts, mask=empty))
         words.append(np.packbits(flags, bitorder="little").view("<i8"))
-    if all(f is None for f in firsts):
-        return None
     return pa.table({
         _DELETED_FIRST: pa.array(firsts, pa.int64()),
-        _DELETED_BLOCKS: pa.array(blocks, pa.list_(pa.int32())),
+        _DELETED_BLOCKS: pa.array(starts_of, pa.list_(pa.int32())),
         _DELETED_WORDS: pa.array(words, pa.list_(pa.int64())),
     })
 
 
-def _not_deleted(row_index: Column) -> Column:
-    """True for a row whose bit is clear in its file's bitset (or whose file has none)."""
-    block = (F.shiftright(row_index, _BLOCK_BITS) - F.col(_DELETED_FIRST)).cast("int")
-    word = F.get(F.col(_DELETED_WORDS), F.get(F.col(_DELETED_BLOCKS), block) + F.shiftright(row_index, 6).bitwiseAND(_BLOCK_WORDS - 1).cast("int"))
-    return F.coalesce(F.bit_get(word, row_index.bitwiseAND(63).cast("int")), F.lit(0)) == 0
+def _not_deleted(row_index: Column, two_level: bool) -> Column:
+    """True for a row whose bit is clear in its file's bitset (or whose file has none). A shift
+    and a mask, not ``bit_get``: no bounds check per row."""
+    if two_level:
+        block = (F.shiftright(row_index, _BLOCK_BITS) - F.col(_DELETED_FIRST)).cast("int")
+        word_index = F.get(F.col(_DELETED_BLOCKS), block) + F.shiftright(row_index, 6).bitwiseAND(_BLOCK_WORDS - 1).cast("int")
+    else:
+        word_index = F.shiftright(row_index, 6).cast("int")
+    word = F.get(F.col(_DELETED_WORDS), word_index)
+    bit = F.call_function("shiftright", word, row_index.bitwiseAND(63).cast("int")).bitwiseAND(1)
+    return F.coalesce(bit, F.lit(0)) == 0
 
 
 def _spark_paths(df: DataFrame, keys: list[str]) -> list[list[str]] | None:
@@ -265,11 +299,18 @@ def read_files(
             repeat = pa.array([i for i, names in enumerate(spark_paths) for _ in names], pa.int64())
             file_rows = file_rows.take(repeat).append_column(_SPARK_PATH, pa.array([n for names in spark_paths for n in names], pa.string()))
             df = df.select("*", *extra, F.col("_metadata.file_path").alias(_RAW_PATH))
-            joined = df.join(F.broadcast(spark.createDataFrame(file_rows)), F.col(_RAW_PATH) == F.col(_SPARK_PATH), "left")
+            spellings = spark.createDataFrame(file_rows).withColumn(_PATH_HASH, F.xxhash64(F.col(_SPARK_PATH)))
+            hashes = [row[0] for row in spellings.select(_PATH_HASH).collect()]  # a local relation: no job
+            if len(set(hashes)) == len(hashes):
+                # A long per row costs far less to join on than the text (copied, hashed, compared).
+                df = df.withColumn(_SPARK_PATH_HASH, F.xxhash64(F.col(_RAW_PATH)))
+                joined = df.join(F.broadcast(spellings), F.col(_SPARK_PATH_HASH) == F.col(_PATH_HASH), "left")
+            else:  # two of the files' texts hash alike
+                joined = df.join(F.broadcast(spellings), F.col(_RAW_PATH) == F.col(_SPARK_PATH), "left")
             unmatched = F.raise_error(F.concat(F.lit(f"txnlog: a row of table {snapshot.uri} comes from a file not in its file list: "), F.col(_RAW_PATH)))
             df = joined.filter(F.when(F.col(_KEY).isNull(), unmatched).otherwise(F.lit(True)))
         if deleted is not None:
-            df = df.filter(_not_deleted(F.col(_ROW)))
+            df = df.filter(_not_deleted(F.col(_ROW), _DELETED_BLOCKS in deleted.column_names))
 
     by_name = {f.name: f for f in logical.fields}
     columns = []
