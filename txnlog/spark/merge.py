@@ -43,8 +43,10 @@ from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table
 from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters
 from txnlog.dml import assignments as _assignments
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
+from txnlog.file_facts import physical_names, stats_type
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error, quote_column
+from txnlog.spark.driver import MAX_SOURCE_KEYS, collect_keys, fits_driver, matching_target_rows, prune_by_keys, referenced_columns
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
 from txnlog.spark.reader import ROW_INDEX_COLUMN, read_files
 from txnlog.spark.writer import (
@@ -136,31 +138,35 @@ def merge_into(
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [source]
     try:
-        key_columns = [F.col(quote_column(source_key)) for _, source_key in condition.pairs]
-        all_keys_set = F.lit(True)
-        for column in key_columns:
-            all_keys_set = all_keys_set & column.isNotNull()
-        aggregates = [
-            F.count(F.lit(1)).alias("n"),
-            # Unique keys in the source mean no target row can match twice: the per-row check
-            # (a join and two aggregations) is then skipped.
-            F.count(F.when(all_keys_set, F.lit(1))).alias("keyed"),
-            F.countDistinct(*key_columns).alias("distinct_keys"),
-        ]
-        for i, column in enumerate(key_columns):
-            aggregates += [F.min(column).alias(f"lo{i}"), F.max(column).alias(f"hi{i}")]
-        summary = source.agg(*aggregates).collect()[0]
-        source_rows = int(summary["n"])
-        unique_keys = int(summary["keyed"]) == int(summary["distinct_keys"])
+        source_keys = [source_key for _, source_key in condition.pairs]
+        # A source of few rows: its keys come to the driver (one job instead of an aggregate),
+        # where they prune the target file by file and, when small, find the matching rows.
+        collected = collect_keys(source, source_keys, [SOURCE_ROW_COLUMN], MAX_SOURCE_KEYS, f"the Spark job reading the merge source's keys for table {txn.uri}")
+        keyed = None
+        if collected is not None:
+            source_rows = collected.num_rows
+            keyed = collected.filter(_all_valid(collected, source_keys))
+            unique_keys = keyed.group_by(source_keys).aggregate([]).num_rows == keyed.num_rows
+            bounds = {}
+            for name in source_keys:
+                low_high = pc.min_max(keyed.column(name))
+                bounds[name] = (low_high["min"].as_py(), low_high["max"].as_py())
+        else:
+            source_rows, unique_keys, bounds = _summary(source, condition)
         if source_rows == 0:
             return MergeMetrics()
-        bounds = {s: (summary[f"lo{i}"], summary[f"hi{i}"]) for i, (_, s) in enumerate(condition.pairs)}
         if any(lo is None for lo, _ in bounds.values()):
             # A key column that is null in every source row: nothing can match.
             candidates = snapshot.files().slice(0, 0)
         else:
             predicate = key_range_predicate(condition.pairs, bounds)
             candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
+        same_types = keyed is not None and _same_key_types(snapshot, keyed, condition)
+        if keyed is not None:
+            # The range is what the transaction records as read (so conflicts are what they
+            # were); of its files, only those whose bounds hold one of the source's keys are
+            # scanned (a few new keys past the end no longer make every file a candidate).
+            candidates = _prune(snapshot, candidates, keyed, condition, same_types)
         log.info("merge into %s: %d source rows, %d of %d files may match", txn.uri, source_rows, candidates.num_rows, snapshot.num_files)
 
         s = source.alias("s")
@@ -171,9 +177,33 @@ def merge_into(
         every_match_changes = True
         updated_rows = deleted_rows = 0
         if candidates.num_rows:
-            # Not cached: each pass reads only the columns it needs, and the matched pairs
-            # (few, and all that both passes need of the join) are cached instead.
-            target = _read_tagged(spark, snapshot, candidates, with_row_ids=row_ids).alias("t")
+            needed = _target_columns(condition, columns, updates, when_matched_delete, changes.enabled and matched_clause)
+            on_driver = (
+                keyed is not None and same_types
+                and not any(pa.types.is_nested(f.type) for f in snapshot.schema if f.name in needed)
+                and fits_driver(spark, candidates, len(needed) + (2 if row_ids else 0))
+            )
+            # With the ON condition made of key equalities alone and unconditional clauses, the
+            # driver finds every (target row, source row) pair itself; Spark then only computes
+            # the new rows, in one pass over the source with the pairs broadcast.
+            exact = on_driver and not condition.residual and isinstance(when_matched_delete, bool)
+            driver_pairs = None
+            if on_driver:
+                assert keyed is not None
+                # The target rows some source key matches, read on the driver (the key columns
+                # and what the clauses read): the join below then works on those rows only.
+                target_rows = matching_target_rows(
+                    snapshot, candidates, needed, _distinct_keys(keyed, condition), condition.pairs,
+                    file_column=FILE_COLUMN, row_index_column=ROW_INDEX_COLUMN, with_row_ids=row_ids,
+                )
+                if exact:
+                    driver_pairs = _pairs_on_driver(txn.uri, target_rows, keyed, condition, check_duplicates=matched_clause and not unique_keys)
+                    target_rows = driver_pairs
+                target = _frame(spark, target_rows, spark_types).alias("t")
+            else:
+                # Not cached: each pass reads only the columns it needs, and the matched pairs
+                # (few, and all that both passes need of the join) are cached instead.
+                target = _read_tagged(spark, snapshot, candidates, with_row_ids=row_ids).alias("t")
             if when_matched_delete is True:
                 deleted = F.lit(True)
             elif when_matched_delete:
@@ -196,7 +226,12 @@ def merge_into(
             old_cells = []
             if changes.enabled and matched_clause:  # the pre-images and deleted rows of the change data
                 old_cells = [F.col(f"t.{quote_column(c)}").cast(spark_types[c]).alias(_old(i)) for i, c in enumerate(columns)]
-            pairs = target.join(s, F.expr(condition.sql), "inner").select(
+            if driver_pairs is not None:
+                joined = s.join(F.broadcast(target), F.col(f"s.{SOURCE_ROW_COLUMN}") == F.col(f"t.{SOURCE_ROW_COLUMN}"), "left")
+                paired = joined.where(F.col(f"t.{FILE_COLUMN}").isNotNull())
+            else:
+                paired = target.join(s, F.expr(condition.sql), "inner")
+            pairs = paired.select(
                 F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
                 F.col(f"t.{ROW_INDEX_COLUMN}").alias(ROW_INDEX_COLUMN),
                 F.col(f"s.{SOURCE_ROW_COLUMN}").alias(SOURCE_ROW_COLUMN),
@@ -206,9 +241,17 @@ def merge_into(
                 *cells,
                 *old_cells,
             )
-            matched = pairs.persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(matched)
-            if matched_clause:
+            if driver_pairs is not None:
+                matched = pairs  # a broadcast join over the cached source: recomputed, not cached
+            else:
+                matched = pairs.persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(matched)
+            if matched_clause and driver_pairs is not None:
+                grouped = driver_pairs.group_by(FILE_COLUMN, use_threads=False).aggregate([(ROW_INDEX_COLUMN, "list")])
+                hit, positions = positions_of(candidates, grouped.column(FILE_COLUMN), grouped.column(f"{ROW_INDEX_COLUMN}_list"))
+                deleted_rows = driver_pairs.num_rows if when_matched_delete else 0
+                updated_rows = driver_pairs.num_rows - deleted_rows
+            elif matched_clause:
                 paths, lists, updated_rows, deleted_rows = _touched_rows(txn.uri, matched, condition, check_duplicates=not unique_keys)
                 hit, positions = positions_of(candidates, paths, lists)
             updated = matched.where(F.col(_TOUCHED) & ~F.col(_DELETED))
@@ -222,12 +265,18 @@ def merge_into(
                 changes.require(lambda: removed_rows.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "delete")
             if hit.num_rows and not merge_on_read:
                 # Copy-on-write: every other live row of a changed file is written again.
-                changed = matched.where(F.col(_TOUCHED)).select(FILE_COLUMN, ROW_INDEX_COLUMN)
+                if driver_pairs is not None:  # every pair is changed; broadcast, as the driver made them
+                    changed = F.broadcast(target.select(FILE_COLUMN, ROW_INDEX_COLUMN))
+                else:
+                    changed = matched.where(F.col(_TOUCHED)).select(FILE_COLUMN, ROW_INDEX_COLUMN)
                 kept = _read_tagged(spark, snapshot, hit, with_row_ids=row_ids).join(changed, on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti")
                 ids = [F.col(ROW_ID), F.col(ROW_COMMIT_VERSION)] if row_ids else []
                 outputs.append(kept.select(*[F.col(quote_column(c)).cast(spark_types[c]).alias(c) for c in columns], *ids))
             if inserts is not None:
-                new_rows = s.join(matched.select(SOURCE_ROW_COLUMN), on=SOURCE_ROW_COLUMN, how="left_anti").alias("s")
+                if driver_pairs is not None:
+                    new_rows = joined.where(F.col(f"t.{FILE_COLUMN}").isNull()).select("s.*").alias("s")
+                else:
+                    new_rows = s.join(matched.select(SOURCE_ROW_COLUMN), on=SOURCE_ROW_COLUMN, how="left_anti").alias("s")
                 inserted_rows = _insert_rows(new_rows, inserts, columns, spark_types)
                 outputs.append(inserted_rows.select("*", *new_ids))
                 changes.imply(lambda: inserted_rows, "insert")
@@ -306,6 +355,122 @@ def merge_into(
     finally:
         for frame in cached:
             frame.unpersist()
+
+
+def _summary(source: Any, condition: MergeCondition) -> tuple[int, bool, dict[str, tuple[Any, Any]]]:
+    """For a source too large to collect: its row count, whether its non-null keys are unique,
+    and each key column's min and max; one aggregate."""
+    key_columns = [F.col(quote_column(source_key)) for _, source_key in condition.pairs]
+    all_keys_set = F.lit(True)
+    for column in key_columns:
+        all_keys_set = all_keys_set & column.isNotNull()
+    aggregates = [
+        F.count(F.lit(1)).alias("n"),
+        # Unique keys in the source mean no target row can match twice: the per-row check
+        # (a join and two aggregations) is then skipped.
+        F.count(F.when(all_keys_set, F.lit(1))).alias("keyed"),
+        F.countDistinct(*key_columns).alias("distinct_keys"),
+    ]
+    for i, column in enumerate(key_columns):
+        aggregates += [F.min(column).alias(f"lo{i}"), F.max(column).alias(f"hi{i}")]
+    summary = source.agg(*aggregates).collect()[0]
+    bounds = {s: (summary[f"lo{i}"], summary[f"hi{i}"]) for i, (_, s) in enumerate(condition.pairs)}
+    return int(summary["n"]), int(summary["keyed"]) == int(summary["distinct_keys"]), bounds
+
+
+def _all_valid(rows: pa.Table, names: Sequence[str]) -> pa.Array:
+    """Per row: whether every one of ``names`` is non-null (a null key matches nothing)."""
+    mask = pa.array([True] * rows.num_rows, pa.bool_())
+    for name in names:
+        mask = pc.and_(mask, pc.is_valid(rows.column(name)))
+    return mask
+
+
+def _same_key_types(snapshot: Snapshot, keyed: pa.Table, condition: MergeCondition) -> bool:
+    """Whether each source key column has its target column's exact type, one whose equality
+    Arrow and Spark agree on (not floating point: Spark's join makes NaN equal to NaN): then
+    the driver can match keys as Spark's join would."""
+    types = {f.name.lower(): f.type for f in snapshot.schema}
+    for target, source in condition.pairs:
+        t = types.get(target.lower())
+        if t is None or keyed.schema.field(source).type != t or pa.types.is_floating(t) or pa.types.is_nested(t):
+            return False
+    return True
+
+
+def _prune(snapshot: Snapshot, candidates: pa.Table, keyed: pa.Table, condition: MergeCondition, same_types: bool) -> pa.Table:
+    """``candidates`` less the files whose stats bounds of an (integer or date) key column hold
+    none of the source's keys."""
+    if not same_types or candidates.num_rows == 0:
+        return candidates
+    partitions = {c.lower() for c in snapshot.partition_columns}
+    by_lower = {f.name.lower(): f.name for f in snapshot.schema}
+    keys = [(by_lower[t.lower()], keyed.column(s).combine_chunks()) for t, s in condition.pairs if t.lower() not in partitions]
+    if not keys:
+        return candidates
+    mapped = physical_names(snapshot.schema, snapshot.configuration)
+    bounds_type = stats_type(snapshot.schema, [(name,) for name, _ in keys], mapped=mapped is not None)
+    return prune_by_keys(candidates, bounds_type, keys, mapped)
+
+
+def _distinct_keys(keyed: pa.Table, condition: MergeCondition) -> pa.Table:
+    names = list(dict.fromkeys(s for _, s in condition.pairs))
+    return keyed.group_by(names).aggregate([]).select(names)
+
+
+def _target_columns(condition: MergeCondition, columns: Sequence[str], updates: Mapping[str, str] | None, when_matched_delete: bool | str,
+                    every_column: bool) -> list[str]:
+    """The target columns the join and the matched clauses may read."""
+    if every_column:
+        return list(columns)
+    texts = [condition.sql, *(updates or {}).values()]
+    if isinstance(when_matched_delete, str):
+        texts.append(when_matched_delete)
+    needed = set(referenced_columns(texts, columns, skip_qualifier="s"))
+    if updates is not None:
+        needed |= {c for c in columns if c not in updates}  # copied from the target row
+    by_lower = {c.lower(): c for c in columns}
+    needed |= {by_lower[t.lower()] for t, _ in condition.pairs if t.lower() in by_lower}
+    return [c for c in columns if c in needed]
+
+
+def _frame(spark: Any, rows: pa.Table, spark_types: Mapping[str, Any]) -> Any:
+    """``rows`` (table columns and the tags) as a DataFrame with the types a scan would give."""
+    from pyspark.sql.types import LongType, StringType, StructField
+
+    fields = []
+    for f in rows.schema:
+        if f.name in spark_types:
+            fields.append(StructField(f.name, spark_types[f.name], True))
+        else:
+            fields.append(StructField(f.name, StringType() if f.name == FILE_COLUMN else LongType(), True))
+    return spark.createDataFrame(rows, schema=StructType(fields))
+
+
+def _pairs_on_driver(uri: str, target_rows: pa.Table, keyed: pa.Table, condition: MergeCondition, *, check_duplicates: bool) -> pa.Table:
+    """Each (target row, source row) pair whose keys are equal: ``target_rows`` (as the driver
+    read them) with the source row's SOURCE_ROW_COLUMN. With ``check_duplicates``, raises
+    DuplicateMatchError when a target row has more than one, as Spark's aggregate would."""
+    targets = [t for t, _ in condition.pairs]
+    sources = [s for _, s in condition.pairs]
+    right = keyed.select(list(dict.fromkeys([*sources, SOURCE_ROW_COLUMN])))
+    pairs = target_rows.join(right, keys=targets, right_keys=sources, join_type="inner", use_threads=False)
+    if check_duplicates and pairs.num_rows > target_rows.num_rows:
+        counts = pairs.group_by([FILE_COLUMN, ROW_INDEX_COLUMN], use_threads=False).aggregate([([], "count_all")])
+        worst = int(pc.index(counts.column("count_all"), pc.max(counts.column("count_all"))).as_py())
+        found = counts.slice(worst, 1).to_pylist()[0]
+        where = pc.and_(pc.equal(target_rows.column(FILE_COLUMN), found[FILE_COLUMN]), pc.equal(target_rows.column(ROW_INDEX_COLUMN), found[ROW_INDEX_COLUMN]))
+        row = target_rows.filter(where).slice(0, 1).to_pylist()[0]
+        key = {t: row[t] for t in targets}
+        n = int(found["count_all"])
+        raise DuplicateMatchError(
+            f"merge into {uri}: {n} source rows match the same target row (key {key}, in file {found[FILE_COLUMN]}); "
+            "a target row may be updated or deleted by one source row only: deduplicate the source",
+            uri=uri,
+            key=key,
+            source_rows=n,
+        )
+    return pairs.select([*target_rows.column_names, SOURCE_ROW_COLUMN])
 
 
 def _spark_types(snapshot: Snapshot) -> dict[str, Any]:
