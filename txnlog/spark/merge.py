@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ from pyspark import StorageLevel
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table
+from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table
 from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters
 from txnlog.dml import assignments as _assignments
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
@@ -67,6 +68,7 @@ SOURCE_ROW_COLUMN = "__txnlog_source_row"
 _TOUCHED = "__txnlog_touched"  # a matched target row this MERGE updates or deletes
 _DELETED = "__txnlog_deleted"
 _TARGET_ROW_ID = "__txnlog_row_id"
+_POSITION = "__txnlog_position"
 
 
 @dataclass(frozen=True)
@@ -172,6 +174,8 @@ def merge_into(
         s = source.alias("s")
         merge_on_read = txn.table_configuration.deletion_vectors_enabled
         outputs = []
+        copy_on_driver: pa.Table | None = None
+        driver_pairs: pa.Table | None = None
         hit = candidates.slice(0, 0)
         positions: list[pa.Array] = []
         every_match_changes = True
@@ -187,7 +191,6 @@ def merge_into(
             # driver finds every (target row, source row) pair itself; Spark then only computes
             # the new rows, in one pass over the source with the pairs broadcast.
             exact = on_driver and not condition.residual and isinstance(when_matched_delete, bool)
-            driver_pairs = None
             if on_driver:
                 assert keyed is not None
                 # The target rows some source key matches, read on the driver (the key columns
@@ -254,16 +257,26 @@ def merge_into(
             elif matched_clause:
                 paths, lists, updated_rows, deleted_rows = _touched_rows(txn.uri, matched, condition, check_duplicates=not unique_keys)
                 hit, positions = positions_of(candidates, paths, lists)
+            # The updated and the inserted rows in one pass over the source joined with the pairs
+            # (an insert of "*" reads only ``s.`` columns, which that join leaves unambiguous).
+            single_pass = driver_pairs is not None and (inserts is None or when_not_matched_insert == "*")
+            if single_pass:
+                outputs.append(_new_rows(joined, columns, spark_types, updates if not when_matched_delete else None, inserts, row_ids))
             updated = matched.where(F.col(_TOUCHED) & ~F.col(_DELETED))
             if updates is not None and hit.num_rows:
                 ids = [F.col(_TARGET_ROW_ID).alias(ROW_ID), new_ids[1]] if row_ids else []
-                outputs.append(updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)], *ids))
+                if not single_pass:
+                    outputs.append(updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)], *ids))
                 changes.require(lambda: updated.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "update_preimage")
                 changes.require(lambda: updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)]), "update_postimage")
             if when_matched_delete and hit.num_rows:
                 removed_rows = matched.where(F.col(_DELETED))
                 changes.require(lambda: removed_rows.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "delete")
-            if hit.num_rows and not merge_on_read:
+            if hit.num_rows and not merge_on_read and driver_pairs is not None and fits_driver(spark, hit, len(columns) + (2 if row_ids else 0)):
+                # Copy-on-write of small files, with the changed positions known: the driver
+                # copies their other rows (as txnlog.dml does) while Spark writes the new rows.
+                copy_on_driver = hit
+            elif hit.num_rows and not merge_on_read:
                 # Copy-on-write: every other live row of a changed file is written again.
                 if driver_pairs is not None:  # every pair is changed; broadcast, as the driver made them
                     changed = F.broadcast(target.select(FILE_COLUMN, ROW_INDEX_COLUMN))
@@ -278,18 +291,26 @@ def merge_into(
                 else:
                     new_rows = s.join(matched.select(SOURCE_ROW_COLUMN), on=SOURCE_ROW_COLUMN, how="left_anti").alias("s")
                 inserted_rows = _insert_rows(new_rows, inserts, columns, spark_types)
-                outputs.append(inserted_rows.select("*", *new_ids))
+                if not single_pass:
+                    outputs.append(inserted_rows.select("*", *new_ids))
                 changes.imply(lambda: inserted_rows, "insert")
         elif inserts is not None:
             outputs.append(_insert_rows(s, inserts, columns, spark_types).select("*", *new_ids))
         scanned = time.monotonic()
 
-        adds = []
-        if outputs:
-            out = outputs[0]
-            for more in outputs[1:]:
-                out = out.unionByName(more)
-            adds = write_files(out, txn.write_context(), preserve_row_ids=row_ids)
+        adds: list[AddFile] = []
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            copied_files = None
+            if copy_on_driver is not None:
+                assert driver_pairs is not None
+                copied_files = pool.submit(_copy_rows, txn, snapshot, copy_on_driver, driver_pairs, row_ids)
+            if outputs:
+                out = outputs[0]
+                for more in outputs[1:]:
+                    out = out.unionByName(more)
+                adds = write_files(out, txn.write_context(), preserve_row_ids=row_ids)
+            if copied_files is not None:
+                adds = [*copied_files.result(), *adds]
         if adds:
             txn.add_files(adds)
         change_files = changes.stage()
@@ -482,6 +503,48 @@ def _insert_rows(rows: Any, inserts: Mapping[str, str], columns: Sequence[str], 
     return rows.select(
         *[(F.expr(inserts[c]) if c in inserts else F.lit(None)).cast(spark_types[c]).alias(c) for c in columns]
     )
+
+
+def _copy_rows(txn: OptimisticTransaction, snapshot: Snapshot, files: pa.Table, pairs: pa.Table, row_ids: bool) -> list[AddFile]:
+    """Write, on the driver, the live rows of ``files`` other than the changed ones (``pairs``'
+    file paths and positions), keeping their stable ids under row tracking."""
+    changed: dict[str, pa.Array] = {}
+    grouped = pairs.group_by(FILE_COLUMN, use_threads=False).aggregate([(ROW_INDEX_COLUMN, "list")])
+    for path, rows in zip(grouped.column(FILE_COLUMN).to_pylist(), grouped.column(f"{ROW_INDEX_COLUMN}_list").combine_chunks()):
+        changed[path] = rows.values
+    ctx = snapshot.read_context()
+    paths = files.column("path").to_pylist()
+
+    def kept() -> Iterator[pa.RecordBatch]:
+        found = ctx.read_each(files, parallel=2, row_index=_POSITION, row_id=ROW_ID if row_ids else None,
+                              row_commit_version=ROW_COMMIT_VERSION if row_ids else None)
+        for i, rows in found:
+            drop = changed.get(paths[i])
+            if drop is not None:
+                rows = rows.filter(pc.invert(pc.is_in(rows.column(_POSITION), value_set=drop)))
+            yield from rows.drop_columns([_POSITION]).to_batches()
+
+    return list(txn.write_context().write(kept(), preserve_row_ids=row_ids).add_files)
+
+
+def _new_rows(joined: Any, columns: Sequence[str], spark_types: Mapping[str, Any], updates: Mapping[str, str] | None,
+              inserts: Mapping[str, str] | None, row_ids: bool) -> Any:
+    """From the source left-joined with the driver's pairs (``t``): each matched row's new
+    version (when ``updates``) and each unmatched source row's insert (when ``inserts``)."""
+    is_matched = F.col(f"t.{FILE_COLUMN}").isNotNull()
+    keep = F.lit(False)
+    if updates is not None:
+        keep = keep | is_matched
+    if inserts is not None:
+        keep = keep | ~is_matched
+    values = []
+    for c in columns:
+        updated = (F.expr(updates[c]) if c in updates else F.col(f"t.{quote_column(c)}")) if updates is not None else F.lit(None)
+        inserted = F.expr(inserts[c]) if inserts is not None and c in inserts else F.lit(None)
+        values.append(F.when(is_matched, updated.cast(spark_types[c])).otherwise(inserted.cast(spark_types[c])).alias(c))
+    if row_ids:  # an updated row keeps its id (its commit version becomes this commit's); an insert gets new ones
+        values += [F.when(is_matched, F.col(f"t.{ROW_ID}")).cast("long").alias(ROW_ID), F.lit(None).cast("long").alias(ROW_COMMIT_VERSION)]
+    return joined.where(keep).select(*values)
 
 
 def _cell(i: int) -> str:
