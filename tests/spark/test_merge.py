@@ -14,7 +14,8 @@ from txnlog import Table  # noqa: E402
 from txnlog.errors import ConcurrentAppendError, ConcurrentDeleteReadError, DuplicateMatchError, InvalidArgumentError  # noqa: E402
 from txnlog.spark.merge import MergeCondition, merge, merge_into  # noqa: E402
 
-pytestmark = pytest.mark.spark
+# Every test in both regimes: rows found on the driver (small statements) and in Spark.
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("dml_regime")]
 
 SCHEMA = pa.schema([("key", pa.int64()), ("region", pa.string()), ("amount", pa.float64())])
 

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql import functions as F
 
-from txnlog.file_facts import decode_stats, num_records
+from txnlog.file_facts import decode_stats, num_records, parse_stats, stats_leaf
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error
 
@@ -133,8 +134,6 @@ def collect_keys(source: Any, key_columns: Sequence[str], extra: Sequence[str], 
     """The ``key_columns`` and ``extra`` columns of every row of ``source`` (a DataFrame), or
     None when it has more than ``limit`` rows. One Spark job (two when the first partition
     alone does not reach the limit)."""
-    from pyspark.sql import functions as F
-
     names = [*key_columns, *extra]
     try:
         rows = source.select(*[F.col(f"`{n.replace('`', '``')}`") for n in names]).limit(limit + 1).toArrow()
@@ -150,8 +149,6 @@ def prune_by_keys(files: pa.Table, stats_type: pa.StructType, pairs: Sequence[tu
     values of it. ``pairs``: (target column, the source's non-null values cast to its type).
     Only integer and date keys prune (their order is the stats' order); a file without bounds
     for a key stays."""
-    from txnlog.file_facts import parse_stats, stats_leaf
-
     if files.num_rows == 0:
         return files
     stats = parse_stats(files, stats_type)

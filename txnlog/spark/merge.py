@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table
 from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters
@@ -457,8 +457,6 @@ def _target_columns(condition: MergeCondition, columns: Sequence[str], updates: 
 
 def _frame(spark: Any, rows: pa.Table, spark_types: Mapping[str, Any]) -> Any:
     """``rows`` (table columns and the tags) as a DataFrame with the types a scan would give."""
-    from pyspark.sql.types import LongType, StringType, StructField
-
     fields = []
     for f in rows.schema:
         if f.name in spark_types:
