@@ -3,12 +3,18 @@ copy-on-write.
 
 How it runs (the driver handles file lists, row positions and a few aggregates, never rows):
 
-1. the source is persisted for the duration (a streaming micro-batch may not be re-readable),
-   and one aggregate gives its row count and the min/max of each key column;
+1. the source is persisted for the duration (a streaming micro-batch may not be re-readable);
+   a source of few rows sends its key columns to the driver, a larger one gives its row count
+   and the min/max of each key column in one aggregate;
 2. the target's files are pruned to those whose stats overlap the source's key range; the
    transaction records that range as its read predicate and exactly those files as read, so a
-   concurrent commit that adds matching rows or removes one of them is a conflict;
-3. the candidates (each row tagged with its file, through a per-file broadcast join, and its
+   concurrent commit that adds matching rows or removes one of them is a conflict. With the
+   keys on the driver, only the files whose own bounds hold one of them are scanned;
+3. when the candidates' key columns are small (:mod:`txnlog.spark.driver`), the driver reads
+   them and finds the matching target rows, and, when the ON condition is key equalities and
+   the clauses are unconditional, every pair: Spark then makes the updates and inserts in one
+   pass over the source joined with the broadcast pairs, and copy-on-write copies a changed
+   file's other rows on the driver. Otherwise, the candidates (each row tagged with its file, through a per-file broadcast join, and its
    physical position in it) are joined with the source; the matched pairs are cached, and one
    aggregate over them gives, per file, the positions of the rows the MERGE updates or deletes,
    and finds any target row that more than one source row matches (an ambiguous MERGE, refused
