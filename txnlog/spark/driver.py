@@ -134,7 +134,7 @@ def collect_keys(source: Any, key_columns: Sequence[str], extra: Sequence[str], 
     """The ``key_columns`` and ``extra`` columns of every row of ``source`` (a DataFrame), or
     None when it has more than ``limit`` rows. One Spark job (two when the first partition
     alone does not reach the limit)."""
-    names = [*key_columns, *extra]
+    names = list(dict.fromkeys([*key_columns, *extra]))
     try:
         rows = source.select(*[F.col(f"`{n.replace('`', '``')}`") for n in names]).limit(limit + 1).toArrow()
     except SPARK_FAILURES as e:

@@ -154,7 +154,7 @@ def merge_into(
         if collected is not None:
             source_rows = collected.num_rows
             keyed = collected.filter(_all_valid(collected, source_keys))
-            unique_keys = keyed.group_by(source_keys).aggregate([]).num_rows == keyed.num_rows
+            unique_keys = keyed.group_by(list(dict.fromkeys(source_keys))).aggregate([]).num_rows == keyed.num_rows
             bounds = {}
             for name in source_keys:
                 low_high = pc.min_max(keyed.column(name))
@@ -418,6 +418,9 @@ def _same_key_types(snapshot: Snapshot, keyed: pa.Table, condition: MergeConditi
     Arrow and Spark agree on (not floating point: Spark's join makes NaN equal to NaN): then
     the driver can match keys as Spark's join would."""
     types = {f.name.lower(): f.type for f in snapshot.schema}
+    for side in zip(*condition.pairs):
+        if len({name.lower() for name in side}) != len(side):  # a column in two equalities: left to Spark
+            return False
     for target, source in condition.pairs:
         t = types.get(target.lower())
         if t is None or keyed.schema.field(source).type != t or pa.types.is_floating(t) or pa.types.is_nested(t):
