@@ -22,7 +22,8 @@ import txnlog
 import txnlog.spark as ts
 from txnlog.spark.merge import merge
 
-pytestmark = pytest.mark.spark
+# Every test in both regimes: rows found on the driver (small statements) and in Spark.
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("dml_regime")]
 
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string()), ("value", pa.float64())])
 COLUMNS = SCHEMA.names

@@ -20,7 +20,8 @@ from tests.duckdb_delta import duckdb_delta
 from txnlog.errors import ConcurrentDeleteReadError, ConcurrentRowsError, DuplicateMatchError
 from txnlog.spark.merge import merge, merge_into
 
-pytestmark = pytest.mark.spark
+# Every test in both regimes: rows found on the driver (small statements) and in Spark.
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("dml_regime")]
 
 SCHEMA = pa.schema([("id", pa.int64()), ("part", pa.string()), ("value", pa.float64()), ("name", pa.string())])
 COLUMNS = SCHEMA.names
@@ -279,3 +280,46 @@ def test_concurrent_commits_on_the_marked_files_conflict(spark: Any, tmp_path: P
         won = txn.commit()
     assert [(s.version, s.kind) for s in tx.txn.result.rebased] == [(won.version, "deletion vector")]
     assert sorted(r.id for r in ts.read(spark, uri).collect()) == [i for i in range(10, 20) if i not in (12, 13, 14)]
+
+
+def _spark_jobs(spark: Any, work: Callable[[], object]) -> int:
+    """How many Spark jobs ``work`` ran."""
+    context = spark.sparkContext
+    group = f"txnlog-test-{id(work)}"
+    context.setJobGroup(group, group)
+    try:
+        work()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return len(context.statusTracker().getJobIdsForGroup(group))
+
+
+def test_small_statements_find_their_rows_on_the_driver(spark: Any, tmp_path: Path, dml_regime: str) -> None:
+    """Under the bound, a DELETE runs no Spark job and a MERGE only the one reading the
+    source's keys and the one writing its new rows; with the bound at 0 Spark finds the rows.
+    The rows are the same either way (the model)."""
+    uri = str(tmp_path / "t")
+    model = _make(uri)
+
+    def delete() -> None:
+        with ts.transaction(spark, uri, operation="DELETE") as tx:
+            tx.delete("id % 7 = 3")
+
+    jobs = _spark_jobs(spark, delete)
+    assert (jobs == 0) if dml_regime == "driver" else (jobs >= 1)
+    model = {k: r for k, r in model.items() if k % 7 != 3}
+    _same_rows(spark, uri, model)
+
+    updates = [(i, "c", -float(i), f"m{i}") for i in (1, 2, 44, 70)]  # 70 is new
+    source = _source(spark, updates).drop("gone").cache()
+    source.count()
+    jobs = _spark_jobs(spark, lambda: merge(spark, uri, source, on="id", when_matched_update="*", when_not_matched_insert="*"))
+    source.unpersist()
+    model.update((r[0], r) for r in updates)
+    _same_rows(spark, uri, model)
+    if dml_regime == "driver":
+        assert jobs <= 3  # the source's keys (one or two jobs), the write
+    commit = _commit(uri)
+    metrics = _metrics(commit)
+    assert metrics["numTargetRowsUpdated"] == 3 and metrics["numTargetRowsInserted"] == 1
+    assert metrics["numTargetFilesScanned"] == 2  # of the three files, only two hold a source key

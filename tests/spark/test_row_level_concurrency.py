@@ -17,7 +17,8 @@ from tests.spark.test_optimize import HookedStore
 from txnlog.spark import optimize
 from txnlog.spark.merge import merge_into
 
-pytestmark = pytest.mark.spark
+# Every test in both regimes: rows found on the driver (small statements) and in Spark.
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("dml_regime")]
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64())])
 PROPERTIES = {"delta.enableDeletionVectors": "true", "delta.enableRowTracking": "true"}

@@ -13,7 +13,8 @@ import txnlog
 import txnlog.spark as ts
 from txnlog.errors import ConcurrentAppendError, FileNotLiveError, TxnLogError
 
-pytestmark = pytest.mark.spark
+# Every test in both regimes: rows found on the driver (small statements) and in Spark.
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("dml_regime")]
 
 SCHEMA = pa.schema([("id", pa.int64()), ("p", pa.string()), ("v", pa.int64())])
 

@@ -3,12 +3,18 @@ copy-on-write.
 
 How it runs (the driver handles file lists, row positions and a few aggregates, never rows):
 
-1. the source is persisted for the duration (a streaming micro-batch may not be re-readable),
-   and one aggregate gives its row count and the min/max of each key column;
+1. the source is persisted for the duration (a streaming micro-batch may not be re-readable);
+   a source of few rows sends its key columns to the driver, a larger one gives its row count
+   and the min/max of each key column in one aggregate;
 2. the target's files are pruned to those whose stats overlap the source's key range; the
    transaction records that range as its read predicate and exactly those files as read, so a
-   concurrent commit that adds matching rows or removes one of them is a conflict;
-3. the candidates (each row tagged with its file, through a per-file broadcast join, and its
+   concurrent commit that adds matching rows or removes one of them is a conflict. With the
+   keys on the driver, only the files whose own bounds hold one of them are scanned;
+3. when the candidates' key columns are small (:mod:`txnlog.spark.driver`), the driver reads
+   them and finds the matching target rows, and, when the ON condition is key equalities and
+   the clauses are unconditional, every pair: Spark then makes the updates and inserts in one
+   pass over the source joined with the broadcast pairs, and copy-on-write copies a changed
+   file's other rows on the driver. Otherwise, the candidates (each row tagged with its file, through a per-file broadcast join, and its
    physical position in it) are joined with the source; the matched pairs are cached, and one
    aggregate over them gives, per file, the positions of the rows the MERGE updates or deletes,
    and finds any target row that more than one source row matches (an ambiguous MERGE, refused
@@ -28,7 +34,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,14 +44,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table
+from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table
 from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters
 from txnlog.dml import assignments as _assignments
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
+from txnlog.file_facts import physical_names, stats_type
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error, quote_column
+from txnlog.spark.driver import MAX_SOURCE_KEYS, collect_keys, fits_driver, matching_target_rows, prune_by_keys, referenced_columns
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
 from txnlog.spark.reader import ROW_INDEX_COLUMN, read_files
 from txnlog.spark.writer import (
@@ -65,6 +74,7 @@ SOURCE_ROW_COLUMN = "__txnlog_source_row"
 _TOUCHED = "__txnlog_touched"  # a matched target row this MERGE updates or deletes
 _DELETED = "__txnlog_deleted"
 _TARGET_ROW_ID = "__txnlog_row_id"
+_POSITION = "__txnlog_position"
 
 
 @dataclass(frozen=True)
@@ -136,44 +146,73 @@ def merge_into(
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [source]
     try:
-        key_columns = [F.col(quote_column(source_key)) for _, source_key in condition.pairs]
-        all_keys_set = F.lit(True)
-        for column in key_columns:
-            all_keys_set = all_keys_set & column.isNotNull()
-        aggregates = [
-            F.count(F.lit(1)).alias("n"),
-            # Unique keys in the source mean no target row can match twice: the per-row check
-            # (a join and two aggregations) is then skipped.
-            F.count(F.when(all_keys_set, F.lit(1))).alias("keyed"),
-            F.countDistinct(*key_columns).alias("distinct_keys"),
-        ]
-        for i, column in enumerate(key_columns):
-            aggregates += [F.min(column).alias(f"lo{i}"), F.max(column).alias(f"hi{i}")]
-        summary = source.agg(*aggregates).collect()[0]
-        source_rows = int(summary["n"])
-        unique_keys = int(summary["keyed"]) == int(summary["distinct_keys"])
+        source_keys = [source_key for _, source_key in condition.pairs]
+        # A source of few rows: its keys come to the driver (one job instead of an aggregate),
+        # where they prune the target file by file and, when small, find the matching rows.
+        collected = collect_keys(source, source_keys, [SOURCE_ROW_COLUMN], MAX_SOURCE_KEYS, f"the Spark job reading the merge source's keys for table {txn.uri}")
+        keyed = None
+        if collected is not None:
+            source_rows = collected.num_rows
+            keyed = collected.filter(_all_valid(collected, source_keys))
+            unique_keys = keyed.group_by(list(dict.fromkeys(source_keys))).aggregate([]).num_rows == keyed.num_rows
+            bounds = {}
+            for name in source_keys:
+                low_high = pc.min_max(keyed.column(name))
+                bounds[name] = (low_high["min"].as_py(), low_high["max"].as_py())
+        else:
+            source_rows, unique_keys, bounds = _summary(source, condition)
         if source_rows == 0:
             return MergeMetrics()
-        bounds = {s: (summary[f"lo{i}"], summary[f"hi{i}"]) for i, (_, s) in enumerate(condition.pairs)}
         if any(lo is None for lo, _ in bounds.values()):
             # A key column that is null in every source row: nothing can match.
             candidates = snapshot.files().slice(0, 0)
         else:
             predicate = key_range_predicate(condition.pairs, bounds)
             candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
+        same_types = keyed is not None and _same_key_types(snapshot, keyed, condition)
+        if keyed is not None:
+            # The range is what the transaction records as read (so conflicts are what they
+            # were); of its files, only those whose bounds hold one of the source's keys are
+            # scanned (a few new keys past the end no longer make every file a candidate).
+            candidates = _prune(snapshot, candidates, keyed, condition, same_types)
         log.info("merge into %s: %d source rows, %d of %d files may match", txn.uri, source_rows, candidates.num_rows, snapshot.num_files)
 
         s = source.alias("s")
         merge_on_read = txn.table_configuration.deletion_vectors_enabled
         outputs = []
+        copy_on_driver: pa.Table | None = None
+        driver_pairs: pa.Table | None = None
         hit = candidates.slice(0, 0)
         positions: list[pa.Array] = []
         every_match_changes = True
         updated_rows = deleted_rows = 0
         if candidates.num_rows:
-            # Not cached: each pass reads only the columns it needs, and the matched pairs
-            # (few, and all that both passes need of the join) are cached instead.
-            target = _read_tagged(spark, snapshot, candidates, with_row_ids=row_ids).alias("t")
+            needed = _target_columns(condition, columns, updates, when_matched_delete, changes.enabled and matched_clause)
+            on_driver = (
+                keyed is not None and same_types
+                and not any(pa.types.is_nested(f.type) for f in snapshot.schema if f.name in needed)
+                and fits_driver(spark, candidates, len(needed) + (2 if row_ids else 0))
+            )
+            # With the ON condition made of key equalities alone and unconditional clauses, the
+            # driver finds every (target row, source row) pair itself; Spark then only computes
+            # the new rows, in one pass over the source with the pairs broadcast.
+            exact = on_driver and not condition.residual and isinstance(when_matched_delete, bool)
+            if on_driver:
+                assert keyed is not None
+                # The target rows some source key matches, read on the driver (the key columns
+                # and what the clauses read): the join below then works on those rows only.
+                target_rows = matching_target_rows(
+                    snapshot, candidates, needed, _distinct_keys(keyed, condition), condition.pairs,
+                    file_column=FILE_COLUMN, row_index_column=ROW_INDEX_COLUMN, with_row_ids=row_ids,
+                )
+                if exact:
+                    driver_pairs = _pairs_on_driver(txn.uri, target_rows, keyed, condition, check_duplicates=matched_clause and not unique_keys)
+                    target_rows = driver_pairs
+                target = _frame(spark, target_rows, spark_types).alias("t")
+            else:
+                # Not cached: each pass reads only the columns it needs, and the matched pairs
+                # (few, and all that both passes need of the join) are cached instead.
+                target = _read_tagged(spark, snapshot, candidates, with_row_ids=row_ids).alias("t")
             if when_matched_delete is True:
                 deleted = F.lit(True)
             elif when_matched_delete:
@@ -196,7 +235,12 @@ def merge_into(
             old_cells = []
             if changes.enabled and matched_clause:  # the pre-images and deleted rows of the change data
                 old_cells = [F.col(f"t.{quote_column(c)}").cast(spark_types[c]).alias(_old(i)) for i, c in enumerate(columns)]
-            pairs = target.join(s, F.expr(condition.sql), "inner").select(
+            if driver_pairs is not None:
+                joined = s.join(F.broadcast(target), F.col(f"s.{SOURCE_ROW_COLUMN}") == F.col(f"t.{SOURCE_ROW_COLUMN}"), "left")
+                paired = joined.where(F.col(f"t.{FILE_COLUMN}").isNotNull())
+            else:
+                paired = target.join(s, F.expr(condition.sql), "inner")
+            pairs = paired.select(
                 F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
                 F.col(f"t.{ROW_INDEX_COLUMN}").alias(ROW_INDEX_COLUMN),
                 F.col(f"s.{SOURCE_ROW_COLUMN}").alias(SOURCE_ROW_COLUMN),
@@ -206,41 +250,73 @@ def merge_into(
                 *cells,
                 *old_cells,
             )
-            matched = pairs.persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(matched)
-            if matched_clause:
+            if driver_pairs is not None:
+                matched = pairs  # a broadcast join over the cached source: recomputed, not cached
+            else:
+                matched = pairs.persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(matched)
+            if matched_clause and driver_pairs is not None:
+                grouped = driver_pairs.group_by(FILE_COLUMN, use_threads=False).aggregate([(ROW_INDEX_COLUMN, "list")])
+                hit, positions = positions_of(candidates, grouped.column(FILE_COLUMN), grouped.column(f"{ROW_INDEX_COLUMN}_list"))
+                deleted_rows = driver_pairs.num_rows if when_matched_delete else 0
+                updated_rows = driver_pairs.num_rows - deleted_rows
+            elif matched_clause:
                 paths, lists, updated_rows, deleted_rows = _touched_rows(txn.uri, matched, condition, check_duplicates=not unique_keys)
                 hit, positions = positions_of(candidates, paths, lists)
+            # The updated and the inserted rows in one pass over the source joined with the pairs
+            # (an insert of "*" reads only ``s.`` columns, which that join leaves unambiguous).
+            single_pass = driver_pairs is not None and (inserts is None or when_not_matched_insert == "*")
+            if single_pass:
+                outputs.append(_new_rows(joined, columns, spark_types, updates if not when_matched_delete else None, inserts, row_ids))
             updated = matched.where(F.col(_TOUCHED) & ~F.col(_DELETED))
             if updates is not None and hit.num_rows:
                 ids = [F.col(_TARGET_ROW_ID).alias(ROW_ID), new_ids[1]] if row_ids else []
-                outputs.append(updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)], *ids))
+                if not single_pass:
+                    outputs.append(updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)], *ids))
                 changes.require(lambda: updated.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "update_preimage")
                 changes.require(lambda: updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)]), "update_postimage")
             if when_matched_delete and hit.num_rows:
                 removed_rows = matched.where(F.col(_DELETED))
                 changes.require(lambda: removed_rows.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "delete")
-            if hit.num_rows and not merge_on_read:
+            if hit.num_rows and not merge_on_read and driver_pairs is not None and fits_driver(spark, hit, len(columns) + (2 if row_ids else 0)):
+                # Copy-on-write of small files, with the changed positions known: the driver
+                # copies their other rows (as txnlog.dml does) while Spark writes the new rows.
+                copy_on_driver = hit
+            elif hit.num_rows and not merge_on_read:
                 # Copy-on-write: every other live row of a changed file is written again.
-                changed = matched.where(F.col(_TOUCHED)).select(FILE_COLUMN, ROW_INDEX_COLUMN)
+                if driver_pairs is not None:  # every pair is changed; broadcast, as the driver made them
+                    changed = F.broadcast(target.select(FILE_COLUMN, ROW_INDEX_COLUMN))
+                else:
+                    changed = matched.where(F.col(_TOUCHED)).select(FILE_COLUMN, ROW_INDEX_COLUMN)
                 kept = _read_tagged(spark, snapshot, hit, with_row_ids=row_ids).join(changed, on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti")
                 ids = [F.col(ROW_ID), F.col(ROW_COMMIT_VERSION)] if row_ids else []
                 outputs.append(kept.select(*[F.col(quote_column(c)).cast(spark_types[c]).alias(c) for c in columns], *ids))
             if inserts is not None:
-                new_rows = s.join(matched.select(SOURCE_ROW_COLUMN), on=SOURCE_ROW_COLUMN, how="left_anti").alias("s")
+                if driver_pairs is not None:
+                    new_rows = joined.where(F.col(f"t.{FILE_COLUMN}").isNull()).select("s.*").alias("s")
+                else:
+                    new_rows = s.join(matched.select(SOURCE_ROW_COLUMN), on=SOURCE_ROW_COLUMN, how="left_anti").alias("s")
                 inserted_rows = _insert_rows(new_rows, inserts, columns, spark_types)
-                outputs.append(inserted_rows.select("*", *new_ids))
+                if not single_pass:
+                    outputs.append(inserted_rows.select("*", *new_ids))
                 changes.imply(lambda: inserted_rows, "insert")
         elif inserts is not None:
             outputs.append(_insert_rows(s, inserts, columns, spark_types).select("*", *new_ids))
         scanned = time.monotonic()
 
-        adds = []
-        if outputs:
-            out = outputs[0]
-            for more in outputs[1:]:
-                out = out.unionByName(more)
-            adds = write_files(out, txn.write_context(), preserve_row_ids=row_ids)
+        adds: list[AddFile] = []
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            copied_files = None
+            if copy_on_driver is not None:
+                assert driver_pairs is not None
+                copied_files = pool.submit(_copy_rows, txn, snapshot, copy_on_driver, driver_pairs, row_ids)
+            if outputs:
+                out = outputs[0]
+                for more in outputs[1:]:
+                    out = out.unionByName(more)
+                adds = write_files(out, txn.write_context(), preserve_row_ids=row_ids)
+            if copied_files is not None:
+                adds = [*copied_files.result(), *adds]
         if adds:
             txn.add_files(adds)
         change_files = changes.stage()
@@ -308,6 +384,123 @@ def merge_into(
             frame.unpersist()
 
 
+def _summary(source: Any, condition: MergeCondition) -> tuple[int, bool, dict[str, tuple[Any, Any]]]:
+    """For a source too large to collect: its row count, whether its non-null keys are unique,
+    and each key column's min and max; one aggregate."""
+    key_columns = [F.col(quote_column(source_key)) for _, source_key in condition.pairs]
+    all_keys_set = F.lit(True)
+    for column in key_columns:
+        all_keys_set = all_keys_set & column.isNotNull()
+    aggregates = [
+        F.count(F.lit(1)).alias("n"),
+        # Unique keys in the source mean no target row can match twice: the per-row check
+        # (a join and two aggregations) is then skipped.
+        F.count(F.when(all_keys_set, F.lit(1))).alias("keyed"),
+        F.countDistinct(*key_columns).alias("distinct_keys"),
+    ]
+    for i, column in enumerate(key_columns):
+        aggregates += [F.min(column).alias(f"lo{i}"), F.max(column).alias(f"hi{i}")]
+    summary = source.agg(*aggregates).collect()[0]
+    bounds = {s: (summary[f"lo{i}"], summary[f"hi{i}"]) for i, (_, s) in enumerate(condition.pairs)}
+    return int(summary["n"]), int(summary["keyed"]) == int(summary["distinct_keys"]), bounds
+
+
+def _all_valid(rows: pa.Table, names: Sequence[str]) -> pa.Array:
+    """Per row: whether every one of ``names`` is non-null (a null key matches nothing)."""
+    mask = pa.array([True] * rows.num_rows, pa.bool_())
+    for name in names:
+        mask = pc.and_(mask, pc.is_valid(rows.column(name)))
+    return mask
+
+
+def _same_key_types(snapshot: Snapshot, keyed: pa.Table, condition: MergeCondition) -> bool:
+    """Whether each source key column has its target column's exact type, one whose equality
+    Arrow and Spark agree on (not floating point: Spark's join makes NaN equal to NaN): then
+    the driver can match keys as Spark's join would."""
+    types = {f.name.lower(): f.type for f in snapshot.schema}
+    for side in zip(*condition.pairs):
+        if len({name.lower() for name in side}) != len(side):  # a column in two equalities: left to Spark
+            return False
+    for target, source in condition.pairs:
+        t = types.get(target.lower())
+        if t is None or keyed.schema.field(source).type != t or pa.types.is_floating(t) or pa.types.is_nested(t):
+            return False
+    return True
+
+
+def _prune(snapshot: Snapshot, candidates: pa.Table, keyed: pa.Table, condition: MergeCondition, same_types: bool) -> pa.Table:
+    """``candidates`` less the files whose stats bounds of an (integer or date) key column hold
+    none of the source's keys."""
+    if not same_types or candidates.num_rows == 0:
+        return candidates
+    partitions = {c.lower() for c in snapshot.partition_columns}
+    by_lower = {f.name.lower(): f.name for f in snapshot.schema}
+    keys = [(by_lower[t.lower()], keyed.column(s).combine_chunks()) for t, s in condition.pairs if t.lower() not in partitions]
+    if not keys:
+        return candidates
+    mapped = physical_names(snapshot.schema, snapshot.configuration)
+    bounds_type = stats_type(snapshot.schema, [(name,) for name, _ in keys], mapped=mapped is not None)
+    return prune_by_keys(candidates, bounds_type, keys, mapped)
+
+
+def _distinct_keys(keyed: pa.Table, condition: MergeCondition) -> pa.Table:
+    names = list(dict.fromkeys(s for _, s in condition.pairs))
+    return keyed.group_by(names).aggregate([]).select(names)
+
+
+def _target_columns(condition: MergeCondition, columns: Sequence[str], updates: Mapping[str, str] | None, when_matched_delete: bool | str,
+                    every_column: bool) -> list[str]:
+    """The target columns the join and the matched clauses may read."""
+    if every_column:
+        return list(columns)
+    texts = [condition.sql, *(updates or {}).values()]
+    if isinstance(when_matched_delete, str):
+        texts.append(when_matched_delete)
+    needed = set(referenced_columns(texts, columns, skip_qualifier="s"))
+    if updates is not None:
+        needed |= {c for c in columns if c not in updates}  # copied from the target row
+    by_lower = {c.lower(): c for c in columns}
+    needed |= {by_lower[t.lower()] for t, _ in condition.pairs if t.lower() in by_lower}
+    return [c for c in columns if c in needed]
+
+
+def _frame(spark: Any, rows: pa.Table, spark_types: Mapping[str, Any]) -> Any:
+    """``rows`` (table columns and the tags) as a DataFrame with the types a scan would give."""
+    fields = []
+    for f in rows.schema:
+        if f.name in spark_types:
+            fields.append(StructField(f.name, spark_types[f.name], True))
+        else:
+            fields.append(StructField(f.name, StringType() if f.name == FILE_COLUMN else LongType(), True))
+    return spark.createDataFrame(rows, schema=StructType(fields))
+
+
+def _pairs_on_driver(uri: str, target_rows: pa.Table, keyed: pa.Table, condition: MergeCondition, *, check_duplicates: bool) -> pa.Table:
+    """Each (target row, source row) pair whose keys are equal: ``target_rows`` (as the driver
+    read them) with the source row's SOURCE_ROW_COLUMN. With ``check_duplicates``, raises
+    DuplicateMatchError when a target row has more than one, as Spark's aggregate would."""
+    targets = [t for t, _ in condition.pairs]
+    sources = [s for _, s in condition.pairs]
+    right = keyed.select(list(dict.fromkeys([*sources, SOURCE_ROW_COLUMN])))
+    pairs = target_rows.join(right, keys=targets, right_keys=sources, join_type="inner", use_threads=False)
+    if check_duplicates and pairs.num_rows > target_rows.num_rows:
+        counts = pairs.group_by([FILE_COLUMN, ROW_INDEX_COLUMN], use_threads=False).aggregate([([], "count_all")])
+        worst = int(pc.index(counts.column("count_all"), pc.max(counts.column("count_all"))).as_py())
+        found = counts.slice(worst, 1).to_pylist()[0]
+        where = pc.and_(pc.equal(target_rows.column(FILE_COLUMN), found[FILE_COLUMN]), pc.equal(target_rows.column(ROW_INDEX_COLUMN), found[ROW_INDEX_COLUMN]))
+        row = target_rows.filter(where).slice(0, 1).to_pylist()[0]
+        key = {t: row[t] for t in targets}
+        n = int(found["count_all"])
+        raise DuplicateMatchError(
+            f"merge into {uri}: {n} source rows match the same target row (key {key}, in file {found[FILE_COLUMN]}); "
+            "a target row may be updated or deleted by one source row only: deduplicate the source",
+            uri=uri,
+            key=key,
+            source_rows=n,
+        )
+    return pairs.select([*target_rows.column_names, SOURCE_ROW_COLUMN])
+
+
 def _spark_types(snapshot: Snapshot) -> dict[str, Any]:
     # A Delta schemaString is Spark's StructType JSON.
     return {f.name: f.dataType for f in StructType.fromJson(orjson.loads(snapshot.metadata.schema_string)).fields}
@@ -317,6 +510,48 @@ def _insert_rows(rows: Any, inserts: Mapping[str, str], columns: Sequence[str], 
     return rows.select(
         *[(F.expr(inserts[c]) if c in inserts else F.lit(None)).cast(spark_types[c]).alias(c) for c in columns]
     )
+
+
+def _copy_rows(txn: OptimisticTransaction, snapshot: Snapshot, files: pa.Table, pairs: pa.Table, row_ids: bool) -> list[AddFile]:
+    """Write, on the driver, the live rows of ``files`` other than the changed ones (``pairs``'
+    file paths and positions), keeping their stable ids under row tracking."""
+    changed: dict[str, pa.Array] = {}
+    grouped = pairs.group_by(FILE_COLUMN, use_threads=False).aggregate([(ROW_INDEX_COLUMN, "list")])
+    for path, rows in zip(grouped.column(FILE_COLUMN).to_pylist(), grouped.column(f"{ROW_INDEX_COLUMN}_list").combine_chunks()):
+        changed[path] = rows.values
+    ctx = snapshot.read_context()
+    paths = files.column("path").to_pylist()
+
+    def kept() -> Iterator[pa.RecordBatch]:
+        found = ctx.read_each(files, parallel=2, row_index=_POSITION, row_id=ROW_ID if row_ids else None,
+                              row_commit_version=ROW_COMMIT_VERSION if row_ids else None)
+        for i, rows in found:
+            drop = changed.get(paths[i])
+            if drop is not None:
+                rows = rows.filter(pc.invert(pc.is_in(rows.column(_POSITION), value_set=drop)))
+            yield from rows.drop_columns([_POSITION]).to_batches()
+
+    return list(txn.write_context().write(kept(), preserve_row_ids=row_ids).add_files)
+
+
+def _new_rows(joined: Any, columns: Sequence[str], spark_types: Mapping[str, Any], updates: Mapping[str, str] | None,
+              inserts: Mapping[str, str] | None, row_ids: bool) -> Any:
+    """From the source left-joined with the driver's pairs (``t``): each matched row's new
+    version (when ``updates``) and each unmatched source row's insert (when ``inserts``)."""
+    is_matched = F.col(f"t.{FILE_COLUMN}").isNotNull()
+    keep = F.lit(False)
+    if updates is not None:
+        keep = keep | is_matched
+    if inserts is not None:
+        keep = keep | ~is_matched
+    values = []
+    for c in columns:
+        updated = (F.expr(updates[c]) if c in updates else F.col(f"t.{quote_column(c)}")) if updates is not None else F.lit(None)
+        inserted = F.expr(inserts[c]) if inserts is not None and c in inserts else F.lit(None)
+        values.append(F.when(is_matched, updated.cast(spark_types[c])).otherwise(inserted.cast(spark_types[c])).alias(c))
+    if row_ids:  # an updated row keeps its id (its commit version becomes this commit's); an insert gets new ones
+        values += [F.when(is_matched, F.col(f"t.{ROW_ID}")).cast("long").alias(ROW_ID), F.lit(None).cast("long").alias(ROW_COMMIT_VERSION)]
+    return joined.where(keep).select(*values)
 
 
 def _cell(i: int) -> str:

@@ -30,9 +30,9 @@ from txnlog.spark.writer import (
     files_table,
     live_rows,
     matching_files,
-    matching_positions,
     remove_where,
     row_delete_metrics,
+    rows_to_mark,
     tracks_row_ids,
     write_files,
 )
@@ -234,7 +234,7 @@ class SparkTransaction:
         new_values = {names[c.lower()]: e for c, e in set.items()}
         merge_on_read = self.txn.table_configuration.deletion_vectors_enabled
         if merge_on_read:
-            hit, positions = matching_positions(self.spark, snapshot, candidates, matches) if candidates.num_rows else (candidates, [])
+            hit, positions = rows_to_mark(self.spark, snapshot, candidates, predicate)
         else:
             hit, matched = matching_files(self.spark, snapshot, candidates, matches) if candidates.num_rows else (candidates, 0)
         scanned = time.monotonic()

@@ -43,6 +43,8 @@ from txnlog.spark.common import (
     job_error,
     require_dataframe,
 )
+from txnlog.spark.driver import evaluates_alike, fits_driver
+from txnlog.spark.driver import matching_positions as positions_on_driver
 from txnlog.spark.reader import FILE_COLUMN, ROW_INDEX_COLUMN, read_files
 from txnlog.write import RowDeletes, write_change_files
 
@@ -427,7 +429,7 @@ def remove_where(
         return RowRemoval(candidates, empty, metrics)
     matches = F.coalesce(F.expr(predicate), F.lit(False))
     if txn.table_configuration.deletion_vectors_enabled:
-        hit, positions = matching_positions(spark, snapshot, candidates, matches)
+        hit, positions = rows_to_mark(spark, snapshot, candidates, predicate)
         deletes = txn.delete_rows(hit, positions)
         # Readers could tell these rows from the grown vectors (delta-spark writes no cdc file
         # here), but a reader that takes the protocol's rule literally would read the re-added
@@ -462,6 +464,20 @@ def row_delete_metrics(deletes: RowDeletes) -> dict[str, int]:
     when every row of one is deleted (it is removed), no row is copied."""
     gone = deletes.removed.filter(pc.invert(pc.is_in(deletes.removed.column("path"), deletes.added.column("path"))))
     return _delete_metrics(removed_files=gone, added_files=FILES_SCHEMA.empty_table(), deleted=None, copied=0, vectors=deletes.metrics())
+
+
+def rows_to_mark(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, predicate: str) -> tuple[pa.Table, list[pa.Array]]:
+    """The rows of ``candidates`` holding a row on which ``predicate`` is TRUE, and each one's
+    physical positions of those rows (int64): what a DELETE or UPDATE marks in deletion
+    vectors. Found on the driver when the predicate's columns of the candidates are small
+    (:mod:`txnlog.spark.driver`), else by one Spark job."""
+    if candidates.num_rows == 0:
+        return candidates, []
+    columns = snapshot.predicate(predicate).columns
+    types = [f.type for f in snapshot.schema if f.name in columns]
+    if fits_driver(spark, candidates, len(columns)) and evaluates_alike(spark, types):
+        return positions_on_driver(snapshot, candidates, predicate)
+    return matching_positions(spark, snapshot, candidates, F.coalesce(F.expr(predicate), F.lit(False)))
 
 
 def matching_positions(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, condition: Any) -> tuple[pa.Table, list[pa.Array]]:
@@ -629,6 +645,7 @@ __all__ = [
     "positions_of",
     "remove_where",
     "row_delete_metrics",
+    "rows_to_mark",
     "stage_write",
     "start_write",
     "tracks_row_ids",
