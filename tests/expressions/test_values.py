@@ -90,3 +90,14 @@ def test_errors_name_the_expression(sql: str, message: str) -> None:
 def test_qualified_names_keep_their_alias() -> None:
     tree = parse_value("t.amount + s.`odd name` * 2")
     assert sorted(r.path for r in tree.references()) == [("s", "odd name"), ("t", "amount")]
+
+
+def test_target_columns_read_takes_the_targets_columns_and_never_the_sources() -> None:
+    from txnlog.expressions import parse_value
+    from txnlog.expressions.values import target_columns_read
+
+    columns = ["id", "Amount", "info", "note"]
+    nodes = [parse_value("t.amount + s.amount > 0"), parse_value("info.city = 'x' AND s.note IS NULL")]
+    # t.amount (any case) and the struct info are read; s.amount and s.note are the source's.
+    assert target_columns_read(nodes, columns) == ["Amount", "info"]
+    assert target_columns_read([parse_value("src.id = 1")], columns, source="src") == []

@@ -4,6 +4,8 @@ ambiguous matches, and conflicts with concurrent writers like any transaction.""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
@@ -204,3 +206,28 @@ def test_keys_and_columns_named_with_a_dot(spark, tmp_path):
     data = deltalake.DeltaTable(uri).to_pyarrow_table()
     got = sorted(zip(*[data.column(c).to_pylist() for c in ("k.id", "a b", "v`x")]))
     assert got == [(0, "p", 0.0), (1, "q", 10.0), (2, "p", 20.0), (3, "q", 0.0), (4, "p", 0.0), (5, "q", 0.0), (9, "p", 90.0)]
+
+
+def test_driver_scan_bound_that_is_not_a_number_is_refused_naming_the_conf(spark: Any) -> None:
+    from txnlog.spark.driver import DRIVER_SCAN_CELLS_CONF, driver_scan_cells
+
+    before = spark.conf.get(DRIVER_SCAN_CELLS_CONF, None)
+    spark.conf.set(DRIVER_SCAN_CELLS_CONF, "lots")
+    try:
+        with pytest.raises(InvalidArgumentError, match=DRIVER_SCAN_CELLS_CONF):
+            driver_scan_cells(spark)
+    finally:
+        if before is None:
+            spark.conf.unset(DRIVER_SCAN_CELLS_CONF)
+        else:
+            spark.conf.set(DRIVER_SCAN_CELLS_CONF, before)
+
+
+def test_merge_clause_columns_are_found_by_the_parser_or_all_are_read() -> None:
+    from txnlog.spark.driver import referenced_columns
+
+    columns = ["id", "amount", "name"]
+    assert referenced_columns(["t.id = s.id", "t.amount + s.amount"], columns) == ["id", "amount"]
+    assert referenced_columns(["t.id = s.id", "some_spark_function(t.name) > 0"], columns) == ["id", "name"]
+    # SQL txnlog's parser refuses (a lambda) is Spark's to evaluate: every column may be read.
+    assert referenced_columns(["t.id = s.id", "exists(t.tags, x -> x = s.id)"], columns) == columns

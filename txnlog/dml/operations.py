@@ -34,7 +34,7 @@ from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgu
 from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.tree import Reference
-from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value
+from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value, target_columns_read
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID, ReadContext
 from txnlog.snapshot import READ_THREADS, Snapshot
 from txnlog.storage import locate
@@ -665,7 +665,7 @@ def merge(
     # 1. Match, file by file, reading the keys and what the rest of ON needs. One key without
     # residual condition, whose source values are unique, is looked up (a target row can then
     # match one source row at most); other conditions join.
-    needed = sorted({t for t, _ in pairs} | _target_columns_read([node for node, _ in residual], target_lower))
+    needed = sorted({t for t, _ in pairs} | set(target_columns_read([node for node, _ in residual], list(target_lower.values()))))
     store = txn.location.store
     lookup = _lookup_key(keyed_source, pairs, residual)
 
@@ -711,7 +711,7 @@ def merge(
     if dv_mode and not output.change_data:
         clause_nodes = [node for node, _ in update_values.values()] + ([delete_condition[0]] if delete_condition else [])
         kept = set(columns) - set(update_values) if updates is not None else set()
-        read_columns = [c for c in columns if c in kept | _target_columns_read(clause_nodes, target_lower)]
+        read_columns = [c for c in columns if c in kept | set(target_columns_read(clause_nodes, list(target_lower.values())))]
     write_ctx = txn.write_context()
     if not dv_mode:
         txn.table_configuration.check_writable(f"table {txn.uri}")
@@ -899,17 +899,6 @@ def _with_key_types(source: pa.Table, pairs: Sequence[tuple[str, str]], schema: 
             ) from None
         source = source.set_column(source.column_names.index(key), key, cast)
     return source
-
-
-def _target_columns_read(nodes: Sequence[ValueExpression], target_lower: Mapping[str, str]) -> set[str]:
-    """The target columns ``nodes`` may read (``t.x``, or an unqualified ``x``)."""
-    out = set()
-    for node in nodes:
-        for ref in node.references():
-            name = ref.path[1] if len(ref.path) > 1 and ref.path[0].lower() == "t" else ref.path[0]
-            if name.lower() in target_lower:
-                out.add(target_lower[name.lower()])
-    return out
 
 
 def _complete(joined: pa.Table, columns: Sequence[str]) -> pa.Table:

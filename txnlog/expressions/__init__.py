@@ -56,7 +56,7 @@ from txnlog.expressions.tree import (
     or_,
     starts_with,
 )
-from txnlog.expressions.values import ValueExpression, condition_mask, evaluate_value
+from txnlog.expressions.values import ValueExpression, condition_mask, evaluate_value, target_columns_read
 
 __all__ = [
     "ALWAYS_FALSE",
@@ -90,6 +90,7 @@ __all__ = [
     "equal",
     "equal_null_safe",
     "evaluate_value",
+    "target_columns_read",
     "greater_than",
     "greater_than_or_equal",
     "is_in",

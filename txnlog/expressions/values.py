@@ -10,7 +10,7 @@ condition is not TRUE. Columns are resolved by the caller, who knows what ``t.``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -152,6 +152,23 @@ _STRING_FUNCTIONS = {
     "ltrim": pc.utf8_ltrim_whitespace,
     "rtrim": pc.utf8_rtrim_whitespace,
 }
+
+
+def target_columns_read(nodes: Iterable[ValueExpression], columns: Sequence[str], *, target: str = "t", source: str = "s") -> list[str]:
+    """Of ``columns`` (a MERGE target's), those ``nodes`` may read: ``t.x``, an unqualified
+    ``x``, or a struct ``x`` whose field is read; never ``s.x``, the source's. In the order of
+    ``columns``; names match case-insensitively."""
+    by_lower = {c.lower(): c for c in columns}
+    found: set[str] = set()
+    for node in nodes:
+        for ref in node.references():
+            path = ref.path
+            if len(path) > 1 and path[0].lower() == source.lower():
+                continue
+            name = path[1] if len(path) > 1 and path[0].lower() == target.lower() else path[0]
+            if name.lower() in by_lower:
+                found.add(by_lower[name.lower()])
+    return [c for c in columns if c in found]
 
 
 def evaluate_value(node: ValueExpression, resolve: Resolver, num_rows: int, *, text: str) -> pa.ChunkedArray:
@@ -383,4 +400,5 @@ __all__ = [
     "condition_mask",
     "conjuncts",
     "evaluate_value",
+    "target_columns_read",
 ]

@@ -20,7 +20,6 @@ file has no ``numRecords``, Spark reads.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
+from txnlog.errors import InvalidArgumentError, TxnLogError
+from txnlog.expressions import parse_value, target_columns_read
 from txnlog.file_facts import decode_stats, num_records, parse_stats, stats_leaf
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error
@@ -48,8 +49,6 @@ DEFAULT_DRIVER_SCAN_CELLS = 32_000_000
 MAX_SOURCE_KEYS = 2_000_000
 _THREADS = max(2, min(8, os.cpu_count() or 2))
 _POSITION = "__txnlog_driver_position"
-_WORD = re.compile(r"`((?:[^`]|``)+)`|([A-Za-z_][A-Za-z0-9_]*)")
-_CHAIN = re.compile(r"(?:`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*))*")
 # Key types whose order numpy and the stats agree on, so a file's [min, max] can prune it.
 _ORDERED = (pa.types.is_integer, pa.types.is_date)
 
@@ -62,7 +61,7 @@ def driver_scan_cells(spark: SparkSession) -> int:
     try:
         return int(value)
     except ValueError:
-        return DEFAULT_DRIVER_SCAN_CELLS
+        raise InvalidArgumentError(f"Spark conf {DRIVER_SCAN_CELLS_CONF} must be a whole number of values (0: always use Spark), not {value!r}") from None
 
 
 def fits_driver(spark: SparkSession, files: pa.Table, columns: int) -> bool:
@@ -111,23 +110,15 @@ def matching_positions(snapshot: Snapshot, candidates: pa.Table, predicate: str)
     return candidates.take(pa.array(hit, pa.int64())), positions
 
 
-def referenced_columns(texts: Iterable[str], columns: Sequence[str], *, skip_qualifier: str | None = None) -> list[str]:
-    """The ``columns`` any of the SQL ``texts`` may read: every name (plain or back-quoted, alone
-    or in a dotted chain such as ``t.amount`` or ``col.field``) that names one,
-    case-insensitively, except in chains qualified by ``skip_qualifier`` (``s.amount`` reads the
-    source). A superset (a word in a string literal counts), never less."""
-    by_lower = {c.lower(): c for c in columns}
-    found: set[str] = set()
-    for text in texts:
-        for match in _CHAIN.finditer(text):
-            names = [q.replace("``", "`") if q else w for q, w in _WORD.findall(match.group(0))]
-            if skip_qualifier is not None and len(names) > 1 and names[0].lower() == skip_qualifier.lower():
-                continue
-            for name in names:
-                for part in (name, *name.split(".")):  # `t.x` written in one pair of quotes
-                    if part.lower() in by_lower:
-                        found.add(by_lower[part.lower()])
-    return [c for c in columns if c in found]
+def referenced_columns(texts: Iterable[str], columns: Sequence[str]) -> list[str]:
+    """The target ``columns`` a MERGE's SQL ``texts`` (its ON condition and clauses, ``t.x`` the
+    target's, ``s.x`` the source's) may read, by txnlog's parser; every column when a text uses
+    SQL that parser does not know (Spark evaluates it, and it may read anything)."""
+    try:
+        nodes = [parse_value(text) for text in texts]
+    except TxnLogError:
+        return list(columns)
+    return target_columns_read(nodes, columns)
 
 
 def collect_keys(source: Any, key_columns: Sequence[str], extra: Sequence[str], limit: int, what: str) -> pa.Table | None:

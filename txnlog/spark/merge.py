@@ -456,7 +456,7 @@ def _target_columns(condition: MergeCondition, columns: Sequence[str], updates: 
     texts = [condition.sql, *(updates or {}).values()]
     if isinstance(when_matched_delete, str):
         texts.append(when_matched_delete)
-    needed = set(referenced_columns(texts, columns, skip_qualifier="s"))
+    needed = set(referenced_columns(texts, columns))
     if updates is not None:
         needed |= {c for c in columns if c not in updates}  # copied from the target row
     by_lower = {c.lower(): c for c in columns}
