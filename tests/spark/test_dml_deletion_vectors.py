@@ -17,7 +17,7 @@ import pytest
 import txnlog
 import txnlog.spark as ts
 from tests.duckdb_delta import duckdb_delta
-from txnlog.errors import ConcurrentDeleteReadError, ConcurrentRowsError, DuplicateMatchError
+from txnlog.errors import ConcurrentDeleteReadError, ConcurrentRowsError, DuplicateMatchError, TxnLogError
 from txnlog.spark.merge import merge, merge_into
 
 # Every test in both regimes: rows found on the driver (small statements) and in Spark.
@@ -323,3 +323,38 @@ def test_small_statements_find_their_rows_on_the_driver(spark: Any, tmp_path: Pa
     metrics = _metrics(commit)
     assert metrics["numTargetRowsUpdated"] == 3 and metrics["numTargetRowsInserted"] == 1
     assert metrics["numTargetFilesScanned"] == 2  # of the three files, only two hold a source key
+
+
+@pytest.mark.parametrize(
+    ("predicate", "on_driver"),
+    [
+        ("key % 1000 = 7", True),
+        ("name LIKE 'a%' AND key IN (1, 2)", True),
+        ("coalesce(name, 'z') = 'z' OR key IS NULL", True),
+        ("key % 0 = 1", False),  # Spark fails: a remainder by zero
+        ("small + 1 < 0", False),  # Spark fails on overflow
+        ("name = 5", False),  # Spark casts the strings to numbers, failing on 'abc'
+        ("upper(name) = 'ABC'", False),  # Java's and Arrow's case tables differ
+        ("name ILIKE 'a%'", False),
+        ("key / 3 = 0.3333", False),  # a double
+        ("trim(name) = 'a'", False),  # Spark trims spaces only
+    ],
+)
+def test_only_conditions_spark_computes_alike_run_on_the_driver(tmp_path: Any, predicate: str, on_driver: bool) -> None:
+    from txnlog.spark.driver import spark_agrees
+
+    data = pa.table({"key": pa.array([1, 2], pa.int64()), "small": pa.array([2**31 - 1, 0], pa.int32()), "name": ["abc", None]})
+    table = txnlog.Table.create(str(tmp_path / "t"), data.schema)
+    assert spark_agrees(table.snapshot(), predicate) is on_driver
+
+
+def test_overflowing_delete_fails_as_spark_does_in_both_regimes(spark: Any, tmp_path: Any) -> None:
+    """The conftest runs this with rows found on the driver and in Spark: both refuse the
+    statement, as Spark SQL in ANSI mode does, and the table is unchanged."""
+    uri = str(tmp_path / "t")
+    data = pa.table({"key": pa.array([1, 2], pa.int64()), "small": pa.array([2**31 - 1, 0], pa.int32())})
+    txnlog.Table.create(uri, data.schema, properties={"delta.enableDeletionVectors": "true"}).append(data)
+    with pytest.raises(TxnLogError):
+        with ts.transaction(spark, uri) as tx:
+            tx.delete("small + 1 < 0")
+    assert txnlog.Table(uri).snapshot().version == 1

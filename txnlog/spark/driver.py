@@ -29,7 +29,32 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from txnlog.errors import InvalidArgumentError, TxnLogError
-from txnlog.expressions import parse_value, target_columns_read
+from txnlog.expressions import (
+    COMPARISONS,
+    And,
+    CaseValue,
+    ColumnComparison,
+    ColumnValue,
+    Comparison,
+    Constant,
+    Expression,
+    FunctionCall,
+    In,
+    InList,
+    IsNull,
+    Like,
+    LikeValue,
+    LiteralValue,
+    NullTest,
+    Opaque,
+    Operation,
+    Or,
+    Reference,
+    ValueExpression,
+    parse,
+    parse_value,
+    target_columns_read,
+)
 from txnlog.file_facts import decode_stats, num_records, parse_stats, stats_leaf
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error
@@ -78,21 +103,118 @@ def fits_driver(spark: SparkSession, files: pa.Table, columns: int) -> bool:
     return num_records(files) * max(columns, 1) <= limit
 
 
-def evaluates_alike(spark: SparkSession, types: Iterable[pa.DataType]) -> bool:
-    """Whether txnlog's evaluator and Spark SQL agree on conditions over columns of ``types``:
-    not on floating point ones (Spark orders NaN above every number and makes it equal to
-    itself), nor on timestamps unless the session's time zone is UTC (txnlog reads a timestamp
-    literal as UTC, Spark in the session's zone)."""
-    utc = None
-    for t in types:
-        if pa.types.is_floating(t) or (pa.types.is_nested(t)):
-            return False
-        if pa.types.is_timestamp(t):
-            if utc is None:
-                utc = (spark.conf.get("spark.sql.session.timeZone", None) or "").upper() in ("UTC", "ETC/UTC", "GMT", "Z", "+00:00")
-            if not utc:
-                return False
-    return True
+# Categories of values whose comparisons Spark and Arrow agree on without a cast.
+_NUMBER, _TEXT, _BOOL, _DATE, _NULL = "number", "text", "bool", "date", "null"
+# Functions computed alike: no overflow, no whitespace or Unicode case table of their own.
+_FUNCTIONS_ALIKE = {"coalesce": None, "nullif": None, "if": None, "concat": _TEXT, "length": _NUMBER}
+
+
+def _category(t: pa.DataType | None) -> str | None:
+    if t is None or pa.types.is_null(t):
+        return _NULL
+    if pa.types.is_integer(t) or pa.types.is_decimal(t):
+        return _NUMBER
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _TEXT
+    if pa.types.is_boolean(t):
+        return _BOOL
+    if pa.types.is_date(t):
+        return _DATE
+    return None  # floating point, timestamps, binary, nested: left to Spark
+
+
+def _same(*categories: str | None) -> str | None:
+    known = {c for c in categories if c != _NULL}
+    if None in known or len(known) > 1:
+        return None
+    return known.pop() if known else _NULL
+
+
+def _non_zero_literal(node: Any) -> bool:
+    return isinstance(node, LiteralValue) and node.value is not None and node.value.is_valid and node.value.as_py() != 0
+
+
+class _Agreement:
+    """Whether Spark SQL (ANSI mode: overflow, a failed cast or a division by zero is an error)
+    and txnlog's evaluator give the same rows for a condition: only comparisons of values of one
+    kind (integers, decimals, strings, booleans, dates), ``%`` by a non-zero constant, LIKE
+    (case-sensitive), IN, IS NULL, CASE and a few functions with no overflow and no character
+    tables of their own. Anything else goes to Spark."""
+
+    def __init__(self, types: dict[str, pa.DataType]) -> None:
+        self.types = types
+
+    def column(self, ref: Reference) -> str | None:
+        return _category(self.types.get(ref.path[0].lower())) if len(ref.path) == 1 else None
+
+    def literal(self, value: pa.Scalar | None) -> str | None:
+        return _NULL if value is None else _category(value.type)
+
+    def condition(self, node: Expression) -> bool:
+        if isinstance(node, (And, Or)):
+            return all(self.condition(c) for c in node.children)
+        if isinstance(node, Constant):
+            return True
+        if isinstance(node, Comparison):
+            return _same(self.column(node.column), self.literal(node.value)) is not None
+        if isinstance(node, ColumnComparison):
+            return _same(self.column(node.left), self.column(node.right)) is not None
+        if isinstance(node, In):
+            return _same(self.column(node.column), *(self.literal(v) for v in node.values)) is not None
+        if isinstance(node, IsNull):
+            return self.column(node.column) is not None
+        if isinstance(node, Like):
+            return self.column(node.column) == _TEXT and not node.ignore_case
+        if isinstance(node, Opaque):
+            return self.value(node.value) == _BOOL
+        return False
+
+    def value(self, node: ValueExpression) -> str | None:
+        if isinstance(node, ColumnValue):
+            return self.column(node.ref)
+        if isinstance(node, LiteralValue):
+            return self.literal(node.value)
+        if isinstance(node, NullTest):
+            return _BOOL if self.value(node.operand) is not None else None
+        if isinstance(node, LikeValue):
+            return _BOOL if self.value(node.operand) == _TEXT and not node.ignore_case else None
+        if isinstance(node, InList):
+            return _BOOL if _same(self.value(node.operand), *(self.value(i) for i in node.items)) is not None else None
+        if isinstance(node, CaseValue):
+            if not all(self.value(c) == _BOOL for c, _ in node.branches):
+                return None
+            results = [self.value(v) for _, v in node.branches]
+            return _same(*results, *([self.value(node.otherwise)] if node.otherwise is not None else []))
+        if isinstance(node, Operation):
+            kinds = [self.value(o) for o in node.operands]
+            if node.op in ("AND", "OR", "NOT"):
+                return _BOOL if all(k in (_BOOL, _NULL) for k in kinds) else None
+            if node.op in COMPARISONS:
+                return _BOOL if len(kinds) == 2 and _same(*kinds) is not None else None
+            if node.op == "%" and len(kinds) == 2 and _same(*kinds) == _NUMBER and _non_zero_literal(node.operands[1]):
+                return _NUMBER
+            return None  # + - * may overflow, / gives a double; || and the rest are left to Spark
+        if isinstance(node, FunctionCall) and node.name in _FUNCTIONS_ALIKE:
+            kinds = [self.value(a) for a in node.args]
+            result = _FUNCTIONS_ALIKE[node.name]
+            if node.name == "if":
+                return _same(*kinds[1:]) if len(kinds) == 3 and kinds[0] == _BOOL else None
+            if result is None:
+                return _same(*kinds)
+            wanted = _TEXT
+            return result if kinds and all(k in (wanted, _NULL) for k in kinds) else None
+        return None
+
+
+def spark_agrees(snapshot: Snapshot, predicate: str) -> bool:
+    """Whether txnlog's evaluator selects exactly the rows Spark SQL would for ``predicate`` on
+    ``snapshot``'s columns, and Spark would not fail on any row (see :class:`_Agreement`)."""
+    try:
+        tree = parse(predicate)
+    except TxnLogError:
+        return False
+    types = {f.name.lower(): f.type for f in snapshot.schema}
+    return _Agreement(types).condition(tree)
 
 
 def matching_positions(snapshot: Snapshot, candidates: pa.Table, predicate: str) -> tuple[pa.Table, list[pa.Array]]:
@@ -210,10 +332,10 @@ __all__ = [
     "MAX_SOURCE_KEYS",
     "collect_keys",
     "driver_scan_cells",
-    "evaluates_alike",
     "fits_driver",
     "matching_positions",
     "matching_target_rows",
     "prune_by_keys",
     "referenced_columns",
+    "spark_agrees",
 ]

@@ -43,7 +43,7 @@ from txnlog.spark.common import (
     job_error,
     require_dataframe,
 )
-from txnlog.spark.driver import evaluates_alike, fits_driver
+from txnlog.spark.driver import fits_driver, spark_agrees
 from txnlog.spark.driver import matching_positions as positions_on_driver
 from txnlog.spark.reader import FILE_COLUMN, ROW_INDEX_COLUMN, read_files
 from txnlog.write import RowDeletes, write_change_files
@@ -474,8 +474,7 @@ def rows_to_mark(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, 
     if candidates.num_rows == 0:
         return candidates, []
     columns = snapshot.predicate(predicate).columns
-    types = [f.type for f in snapshot.schema if f.name in columns]
-    if fits_driver(spark, candidates, len(columns)) and evaluates_alike(spark, types):
+    if fits_driver(spark, candidates, len(columns)) and spark_agrees(snapshot, predicate):
         return positions_on_driver(snapshot, candidates, predicate)
     return matching_positions(spark, snapshot, candidates, F.coalesce(F.expr(predicate), F.lit(False)))
 
