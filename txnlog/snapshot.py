@@ -9,7 +9,6 @@ derived from it, nothing above.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -25,7 +24,7 @@ from txnlog.log.commits import read_commits
 from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.log.table_state import TableState
-from txnlog.read import BATCH_ROWS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
+from txnlog.read import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
 from txnlog.storage.base import LogStore
 from txnlog.storage.location import TableLocation
 from txnlog.storage.paths import FileLocation
@@ -37,8 +36,6 @@ T = TypeVar("T")
 
 #: Fresh listings of the log when files vanish under a read (a concurrent expiry).
 _RELISTS = 3
-# Files decoded at once by to_arrow / to_batches: Arrow's Parquet reader releases the GIL.
-READ_THREADS = max(2, min(8, os.cpu_count() or 2))
 
 
 def load_state(store: LogStore, version: int | None = None) -> TableState:

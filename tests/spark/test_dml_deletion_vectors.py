@@ -345,7 +345,8 @@ def test_only_conditions_spark_computes_alike_run_on_the_driver(tmp_path: Any, p
 
     data = pa.table({"key": pa.array([1, 2], pa.int64()), "small": pa.array([2**31 - 1, 0], pa.int32()), "name": ["abc", None]})
     table = txnlog.Table.create(str(tmp_path / "t"), data.schema)
-    assert spark_agrees(table.snapshot(), predicate) is on_driver
+    snapshot = table.snapshot()
+    assert spark_agrees(snapshot, snapshot.predicate(predicate)) is on_driver
 
 
 def test_overflowing_delete_fails_as_spark_does_in_both_regimes(spark: Any, tmp_path: Any) -> None:

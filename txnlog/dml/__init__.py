@@ -10,7 +10,7 @@ transaction of their own, as ``optimize`` wraps :func:`compact` (OPTIMIZE). The 
 
 from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_range_predicate, merge_parameters, quote_name
 from txnlog.dml.compaction import compact, plan_bins
-from txnlog.dml.operations import DmlResult, Metrics, delete, merge, update
+from txnlog.dml.operations import DmlResult, Metrics, delete, matching_positions, merge, update
 
 __all__ = [
     "Assignments",
@@ -21,6 +21,7 @@ __all__ = [
     "compact",
     "delete",
     "key_range_predicate",
+    "matching_positions",
     "merge",
     "merge_parameters",
     "plan_bins",

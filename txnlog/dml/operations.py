@@ -35,8 +35,8 @@ from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.tree import Reference
 from txnlog.expressions.values import Resolver, ValueExpression, condition_mask, evaluate_value, target_columns_read
-from txnlog.read import ROW_COMMIT_VERSION, ROW_ID, ReadContext
-from txnlog.snapshot import READ_THREADS, Snapshot
+from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
+from txnlog.snapshot import Snapshot
 from txnlog.storage import locate
 from txnlog.txn.transaction import OptimisticTransaction
 from txnlog.write import WrittenFiles, write_change_files
@@ -200,7 +200,7 @@ def _undo(undo: Callable[[T], None] | None, results: Sequence[T]) -> None:
             undo(result)
 
 
-def _matching_positions(ctx: ReadContext, files: pa.Table, predicate: FilePredicate) -> list[pa.Array]:
+def matching_positions(ctx: ReadContext, files: pa.Table, predicate: FilePredicate) -> list[pa.Array]:
     """Per file: the physical positions of its live rows on which ``predicate`` is TRUE (only the
     predicate's columns are read)."""
     found = ctx.read_each(files, parallel=READ_THREADS, columns=[], row_filter=predicate.rows(), filter_columns=predicate.columns, row_index=ROW_INDEX)
@@ -419,7 +419,7 @@ def delete(txn: OptimisticTransaction, predicate: str) -> DmlResult:
             "rewriteTimeMs": 0,
         }
         return _record(txn, metrics, start, _ms(start), _changed(metrics))
-    positions = _matching_positions(ctx, candidates, condition)
+    positions = matching_positions(ctx, candidates, condition)
     scan_ms = _ms(start)
     changes = _RowChanges.of_matches(dv_mode, positions)
     touched = changes.touched()
@@ -490,7 +490,7 @@ def update(txn: OptimisticTransaction, predicate: str | None, set: Mapping[str, 
     condition = _predicate(snapshot, predicate if predicate is not None else "TRUE", "update")
     _record_predicate(txn, predicate if predicate is not None else "true")
     candidates = txn.filter_files(condition)
-    positions = _matching_positions(ctx, candidates, condition)
+    positions = matching_positions(ctx, candidates, condition)
     scan_ms = _ms(start)
     dv_mode = txn.table_configuration.deletion_vectors_enabled
     changes = _RowChanges.of_matches(dv_mode, positions)

@@ -2,7 +2,7 @@
 and the change data feed's rows."""
 
 from txnlog.read.changes import CHANGE_TYPE, CHANGE_TYPES, COMMIT_TIMESTAMP, COMMIT_VERSION, change_batches, change_schema
-from txnlog.read.files import BATCH_ROWS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
+from txnlog.read.files import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
 
 __all__ = [
     "BATCH_ROWS",
@@ -10,6 +10,7 @@ __all__ = [
     "CHANGE_TYPES",
     "COMMIT_TIMESTAMP",
     "COMMIT_VERSION",
+    "READ_THREADS",
     "ROW_COMMIT_VERSION",
     "ROW_ID",
     "ReadContext",

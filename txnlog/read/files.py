@@ -17,6 +17,7 @@ opens the table's store itself and reads the files it is handed.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +44,9 @@ T = TypeVar("T")
 
 #: Rows per batch read from a data file.
 BATCH_ROWS = 65_536
+#: Files a reader of many decodes at once (``read_each(parallel=)``): Arrow's Parquet reader
+#: releases the GIL.
+READ_THREADS = max(2, min(8, os.cpu_count() or 2))
 #: The names ``Snapshot.to_arrow(with_row_ids=True)`` gives a row's stable id and commit version;
 #: a write with ``preserve_row_ids`` takes columns of these names as the values to keep.
 ROW_ID = "row_id"

@@ -19,7 +19,6 @@ file has no ``numRecords``, Spark reads.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
+from txnlog.dml import matching_positions as positions_in_files
 from txnlog.errors import InvalidArgumentError, TxnLogError
 from txnlog.expressions import (
     COMPARISONS,
@@ -38,6 +38,7 @@ from txnlog.expressions import (
     Comparison,
     Constant,
     Expression,
+    FilePredicate,
     FunctionCall,
     In,
     InList,
@@ -51,12 +52,11 @@ from txnlog.expressions import (
     Or,
     Reference,
     ValueExpression,
-    parse,
     parse_value,
     target_columns_read,
 )
 from txnlog.file_facts import decode_stats, num_records, parse_stats, stats_leaf
-from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
+from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error
 
 if TYPE_CHECKING:
@@ -72,8 +72,6 @@ DEFAULT_DRIVER_SCAN_CELLS = 32_000_000
 #: How many source rows a MERGE collects to the driver (its key columns only) to prune the
 #: target's files key by key and to find the matching rows there.
 MAX_SOURCE_KEYS = 2_000_000
-_THREADS = max(2, min(8, os.cpu_count() or 2))
-_POSITION = "__txnlog_driver_position"
 # Key types whose order numpy and the stats agree on, so a file's [min, max] can prune it.
 _ORDERED = (pa.types.is_integer, pa.types.is_date)
 
@@ -206,30 +204,19 @@ class _Agreement:
         return None
 
 
-def spark_agrees(snapshot: Snapshot, predicate: str) -> bool:
-    """Whether txnlog's evaluator selects exactly the rows Spark SQL would for ``predicate`` on
+def spark_agrees(snapshot: Snapshot, condition: FilePredicate) -> bool:
+    """Whether txnlog's evaluator selects exactly the rows Spark SQL would for ``condition`` on
     ``snapshot``'s columns, and Spark would not fail on any row (see :class:`_Agreement`)."""
-    try:
-        tree = parse(predicate)
-    except TxnLogError:
-        return False
     types = {f.name.lower(): f.type for f in snapshot.schema}
-    return _Agreement(types).condition(tree)
+    return _Agreement(types).condition(condition.expression)
 
 
-def matching_positions(snapshot: Snapshot, candidates: pa.Table, predicate: str) -> tuple[pa.Table, list[pa.Array]]:
-    """Of ``candidates``, the files holding a live row on which ``predicate`` is TRUE, and each
-    one's physical positions of those rows (int64): only the predicate's columns are read."""
-    condition = snapshot.predicate(predicate)
-    ctx = snapshot.read_context()
-    hit: list[int] = []
-    positions: list[pa.Array] = []
-    found = ctx.read_each(candidates, parallel=_THREADS, columns=[], row_filter=condition.rows(), filter_columns=condition.columns, row_index=_POSITION)
-    for i, rows in found:
-        if rows.num_rows:
-            hit.append(i)
-            positions.append(rows.column(_POSITION).combine_chunks())
-    return candidates.take(pa.array(hit, pa.int64())), positions
+def matching_positions(snapshot: Snapshot, candidates: pa.Table, condition: FilePredicate) -> tuple[pa.Table, list[pa.Array]]:
+    """Of ``candidates``, the files holding a live row on which ``condition`` is TRUE, and each
+    one's physical positions of those rows (int64): only the condition's columns are read."""
+    found = positions_in_files(snapshot.read_context(), candidates, condition)
+    hit = [i for i, positions in enumerate(found) if len(positions)]
+    return candidates.take(pa.array(hit, pa.int64())), [found[i] for i in hit]
 
 
 def referenced_columns(texts: Iterable[str], columns: Sequence[str]) -> list[str]:
@@ -306,7 +293,7 @@ def matching_target_rows(
     key_set = keys.column(key_pairs[0][1]).combine_chunks() if single else None
     parts: list[pa.Table] = []
     paths = files.column("path")
-    for i, rows in ctx.read_each(files, parallel=_THREADS, columns=read_columns, row_index=row_index_column,
+    for i, rows in ctx.read_each(files, parallel=READ_THREADS, columns=read_columns, row_index=row_index_column,
                                   row_id=ROW_ID if with_row_ids else None, row_commit_version=ROW_COMMIT_VERSION if with_row_ids else None):
         if single:
             assert key_set is not None

@@ -473,9 +473,9 @@ def rows_to_mark(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, 
     (:mod:`txnlog.spark.driver`), else by one Spark job."""
     if candidates.num_rows == 0:
         return candidates, []
-    columns = snapshot.predicate(predicate).columns
-    if fits_driver(spark, candidates, len(columns)) and spark_agrees(snapshot, predicate):
-        return positions_on_driver(snapshot, candidates, predicate)
+    condition = snapshot.predicate(predicate)
+    if fits_driver(spark, candidates, len(condition.columns)) and spark_agrees(snapshot, condition):
+        return positions_on_driver(snapshot, candidates, condition)
     return matching_positions(spark, snapshot, candidates, F.coalesce(F.expr(predicate), F.lit(False)))
 
 
