@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import gc
+import itertools
 import json
 import logging
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -54,6 +56,19 @@ def interleaved(
                 times[name].append(elapsed)
                 results[name].append(out)
     return times, results
+
+
+def fresh_paths(base: Path, suffix: str) -> Callable[[str], str]:
+    """A function giving, per call, a new empty path ``base / "{name}-{suffix}-{n}"``: each
+    timed write gets a directory of its own."""
+    counter = itertools.count(1)
+
+    def fresh(name: str) -> str:
+        path = base / f"{name}-{suffix}-{next(counter)}"
+        shutil.rmtree(path, ignore_errors=True)
+        return str(path)
+
+    return fresh
 
 
 def median(values: Sequence[float]) -> float:

@@ -46,6 +46,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from benchmarks._common import (  # noqa: E402
     WORK_DIR,
+    fresh_paths,
     interleaved,
     is_built,
     log,
@@ -244,13 +245,7 @@ def bench_write(spark: Any, rows: int, rounds: int, warmup: int) -> tuple[list[s
     import txnlog.spark as ts
 
     df = rows_df(spark, rows, 4)
-    counter = {"n": 0}
-
-    def fresh(name: str) -> str:
-        counter["n"] += 1
-        path = BASE / f"write-{name}-{rows}-{counter['n']}"
-        shutil.rmtree(path, ignore_errors=True)
-        return str(path)
+    fresh = fresh_paths(BASE, f"write-{rows}")
 
     def done(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)  # keeps the disk and page cache from filling up

@@ -22,7 +22,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from _common import WORK_DIR, interleaved, log, machine_line, markdown_table, median, ms, paired_ratio, ratio, setup_logging, verdict
+from _common import (
+    WORK_DIR,
+    fresh_paths,
+    interleaved,
+    log,
+    machine_line,
+    markdown_table,
+    median,
+    ms,
+    paired_ratio,
+    ratio,
+    setup_logging,
+    verdict,
+)
 
 import txnlog.spark as ts
 
@@ -52,13 +65,7 @@ def _session() -> Any:
 def run(spark: Any, rows: int, rounds: int) -> list[list[str]]:
     base = WORK_DIR / "spark"
     df = spark.range(0, rows, numPartitions=4).selectExpr(*COLUMNS)
-    counter = {"n": 0}
-
-    def fresh(name: str) -> str:
-        counter["n"] += 1
-        path = base / f"{name}-{rows}-{counter['n']}"
-        shutil.rmtree(path, ignore_errors=True)
-        return str(path)
+    fresh = fresh_paths(base, str(rows))
 
     def txnlog_write() -> str:
         uri = fresh("txnlog")
