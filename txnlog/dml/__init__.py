@@ -10,7 +10,7 @@ transaction of their own, as ``optimize`` wraps :func:`compact` (OPTIMIZE). The 
 
 from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_range_predicate, merge_parameters, quote_name
 from txnlog.dml.compaction import compact, plan_bins
-from txnlog.dml.operations import DmlResult, Metrics, delete, matching_positions, merge, update
+from txnlog.dml.operations import DmlResult, Metrics, delete, matching_positions, merge, rows_with_keys, update
 
 __all__ = [
     "Assignments",
@@ -26,5 +26,6 @@ __all__ = [
     "merge_parameters",
     "plan_bins",
     "quote_name",
+    "rows_with_keys",
     "update",
 ]

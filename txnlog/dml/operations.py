@@ -650,7 +650,7 @@ def merge(
         return _record(txn, metrics, start, 0, False)
 
     # The source's key range prunes the target's files (and is the read predicate).
-    keyed = _all_valid(src, [s for _, s in pairs])
+    keyed = rows_with_keys(src, [s for _, s in pairs])
     if keyed.num_rows == 0:
         candidates = snapshot.files().slice(0, 0)
     else:
@@ -679,7 +679,7 @@ def merge(
                 return None
             source_rows = keyed_source.column(SOURCE_ROW).take(at.filter(hit))
             return pa.table({ROW_INDEX: rows.column(ROW_INDEX).filter(hit), SOURCE_ROW: source_rows}), rows
-        keys = _prefixed(_all_valid(rows, [t for t, _ in pairs]), "t.")
+        keys = _prefixed(rows_with_keys(rows, [t for t, _ in pairs]), "t.")
         if keys.num_rows == 0:
             return None
         joined = keys.join(keyed_source, keys=[f"t.{t}" for t, _ in pairs], right_keys=[f"s.{s}" for _, s in pairs],
@@ -872,8 +872,9 @@ def merge(
     return _record(txn, metrics, start, scan_ms, _changed(metrics, "numTarget"))
 
 
-def _all_valid(rows: pa.Table, names: Sequence[str]) -> pa.Table:
-    """The rows where every one of ``names`` is set (a NULL key matches nothing)."""
+def rows_with_keys(rows: pa.Table, names: Sequence[str]) -> pa.Table:
+    """The rows where every one of ``names`` is set: a NULL key matches nothing (a MERGE's
+    source keys, Python or Spark)."""
     mask = None
     for name in names:
         if not rows.column(name).null_count:

@@ -47,11 +47,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table
-from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters
+from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters, rows_with_keys
 from txnlog.dml import assignments as _assignments
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
 from txnlog.file_facts import physical_names, stats_type
-from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
+from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error, quote_column
 from txnlog.spark.driver import MAX_SOURCE_KEYS, collect_keys, fits_driver, matching_target_rows, prune_by_keys, referenced_columns
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
@@ -153,7 +153,7 @@ def merge_into(
         keyed = None
         if collected is not None:
             source_rows = collected.num_rows
-            keyed = collected.filter(_all_valid(collected, source_keys))
+            keyed = rows_with_keys(collected, source_keys)
             unique_keys = keyed.group_by(list(dict.fromkeys(source_keys))).aggregate([]).num_rows == keyed.num_rows
             bounds = {}
             for name in source_keys:
@@ -405,14 +405,6 @@ def _summary(source: Any, condition: MergeCondition) -> tuple[int, bool, dict[st
     return int(summary["n"]), int(summary["keyed"]) == int(summary["distinct_keys"]), bounds
 
 
-def _all_valid(rows: pa.Table, names: Sequence[str]) -> pa.Array:
-    """Per row: whether every one of ``names`` is non-null (a null key matches nothing)."""
-    mask = pa.array([True] * rows.num_rows, pa.bool_())
-    for name in names:
-        mask = pc.and_(mask, pc.is_valid(rows.column(name)))
-    return mask
-
-
 def _same_key_types(snapshot: Snapshot, keyed: pa.Table, condition: MergeCondition) -> bool:
     """Whether each source key column has its target column's exact type, one whose equality
     Arrow and Spark agree on (not floating point: Spark's join makes NaN equal to NaN): then
@@ -523,7 +515,7 @@ def _copy_rows(txn: OptimisticTransaction, snapshot: Snapshot, files: pa.Table, 
     paths = files.column("path").to_pylist()
 
     def kept() -> Iterator[pa.RecordBatch]:
-        found = ctx.read_each(files, parallel=2, row_index=_POSITION, row_id=ROW_ID if row_ids else None,
+        found = ctx.read_each(files, parallel=READ_THREADS, row_index=_POSITION, row_id=ROW_ID if row_ids else None,
                               row_commit_version=ROW_COMMIT_VERSION if row_ids else None)
         for i, rows in found:
             drop = changed.get(paths[i])
