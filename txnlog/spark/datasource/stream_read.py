@@ -48,7 +48,7 @@ from txnlog.log import Commit, LogListing, VersionChanges, list_log, read_commit
 from txnlog.properties import LOG_RETENTION
 from txnlog.read import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, ReadContext, change_batches
 from txnlog.spark.common import arrow_schema_of_struct
-from txnlog.spark.datasource.batch_read import FilesPartition, check_given_schema, pack_files, table_schema
+from txnlog.spark.datasource.batch_read import FilesPartition, check_given_schema, pack_files, spark_batch, table_schema
 from txnlog.spark.datasource.options import SourceOptions
 
 #: delta-spark's rate limit when neither maxFilesPerTrigger nor maxBytesPerTrigger is set.
@@ -394,7 +394,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             return
         for batch in batches:
-            yield batch.cast(self.arrow_schema)
+            yield spark_batch(batch, self.arrow_schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._forget_before(Position.of(end).version)
