@@ -1,7 +1,9 @@
 """MERGE INTO on Spark: merge-on-read where the table enables deletion vectors, else
 copy-on-write.
 
-How it runs (the driver handles file lists, row positions and a few aggregates, never rows):
+How it runs (the driver handles file lists, row positions and a few aggregates; rows only for a
+small statement, within the bound of :mod:`txnlog.spark.driver`: a small source's keys, the
+matching target rows, and the other rows of small copy-on-write files):
 
 1. the source is persisted for the duration (a streaming micro-batch may not be re-readable);
    a source of few rows sends its key columns to the driver, a larger one gives its row count
