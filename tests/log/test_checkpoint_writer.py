@@ -39,6 +39,7 @@ from txnlog.log.filenames import (
     parse_checkpoint,
 )
 from txnlog.log.last_checkpoint import read_hint
+from txnlog.maintenance import validate
 from txnlog.schema import delta_field_metadata
 from txnlog.storage import open_store
 
@@ -461,11 +462,40 @@ def test_hint_never_moves_backwards(tmp_path: Path) -> None:
     assert Path(path, older.paths[0]).exists()
     assert read_hint(table.store).version == latest.version  # type: ignore[union-attr]
 
+    # A corrupt hint is replaced, and by the newest checkpoint, whichever one is written.
     Path(path, LAST_CHECKPOINT).write_text("{not json")
     write_checkpoint(table.snapshot(version=1))
-    assert read_hint(table.store).version == older.version  # type: ignore[union-attr]
-    write_checkpoint(table.snapshot())
     assert read_hint(table.store).version == latest.version  # type: ignore[union-attr]
+
+
+def test_hint_ends_at_the_newest_checkpoint_when_two_writers_race(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Writer A checkpoints version 1 and reads the old hint; before it writes its own, writer B
+    # checkpoints the latest version and writes that hint. A's write then lands last.
+    path = str(tmp_path / "t")
+    _deltalake_table(path, partition_by=None)
+    table = txnlog.Table(path)
+    first = write_checkpoint(table.snapshot(version=0))
+    real_read_hint = checkpoint_writer.read_hint
+    interleaved: list[CheckpointResult] = []
+    b_ran: list[bool] = []
+
+    def read_then_let_b_in(store: Any) -> Any:
+        hint = real_read_hint(store)
+        if not b_ran:
+            b_ran.append(True)
+            interleaved.append(write_checkpoint(table.snapshot()))
+        return hint
+
+    monkeypatch.setattr(checkpoint_writer, "read_hint", read_then_let_b_in)
+    older = write_checkpoint(table.snapshot(version=1))
+    monkeypatch.undo()
+
+    latest = interleaved[0]
+    assert first.version < older.version < latest.version
+    hint = read_hint(table.store)
+    assert hint is not None and hint.version == latest.version
+    assert hint.size == latest.num_actions and hint.num_of_add_files == latest.num_add_files
+    assert validate(txnlog.Table(path)).ok, "the validator finds no stale hint"
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["classic", "v2"])

@@ -584,17 +584,42 @@ def _parquet_counts(store: LogStore, path: str, version: int) -> tuple[int, int,
 
 def advance_last_checkpoint(store: LogStore, result: CheckpointResult) -> None:
     """Point ``_last_checkpoint`` at the checkpoint ``result`` describes, unless it already names
-    that one or a newer one: the hint never moves backwards."""
-    hint = LastCheckpointHint(
-        version=result.version,
-        size=result.num_actions,
-        size_in_bytes=result.size_in_bytes,
-        num_of_add_files=result.num_add_files,
-    )
-    current = read_hint(store)
-    if current is not None and (current.version > result.version or current == hint):
-        return
-    write_hint(store, hint)
+    that one or a newer one.
+
+    Stores have no conditional overwrite, so two writers can read the old hint and write theirs
+    in the wrong order. Each checkpoint is complete before its hint is written, so after each
+    write the log is listed above it: a newer complete checkpoint found there was overwritten
+    (or is about to be pointed at by its writer) and the hint is moved on to it. When every
+    writer has done this, the hint names the newest checkpoint.
+    """
+    while True:
+        hint = LastCheckpointHint(
+            version=result.version,
+            size=result.num_actions,
+            size_in_bytes=result.size_in_bytes,
+            num_of_add_files=result.num_add_files,
+        )
+        current = read_hint(store)
+        if current is not None and (current.version > result.version or current == hint):
+            return
+        write_hint(store, hint)
+        newer = _newest_checkpoint_above(store, result.version)
+        if newer is None:
+            return
+        result = newer
+
+
+def _newest_checkpoint_above(store: LogStore, version: int) -> CheckpointResult | None:
+    listing = list_log(store, version + 1)
+    for candidate in sorted((v for v in listing.checkpoints if v > version), reverse=True):
+        files = listing.complete_checkpoint(candidate)
+        if not files:
+            continue
+        try:
+            return _describe(store, candidate, files)
+        except (CorruptCheckpointError, ObjectNotFoundError):
+            continue  # being expired or unreadable: not one to point at
+    return None
 
 
 __all__ = ["CheckpointResult", "advance_last_checkpoint", "checkpoint_from_log", "existing_checkpoint", "write_checkpoint", "CHUNK_ROWS"]
