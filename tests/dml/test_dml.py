@@ -152,6 +152,21 @@ def test_merge_prunes_target_files_by_the_source_key_range(tmp_path: Path) -> No
     assert _metrics(table)["numTargetDeletionVectorsAdded"] == 1  # the file of ids 10..19 only
 
 
+@pytest.mark.parametrize("dv", [True, False], ids=["dv", "cow"])
+def test_merge_reads_no_file_whose_bounds_hold_none_of_the_keys(tmp_path: Path, dv: bool) -> None:
+    table = _table(tmp_path, dv=dv)
+    table.append(_rows(range(20, 30), "c"))
+    # Keys 3 and 25: the range [3, 25] covers the file of ids 10..19, whose bounds hold neither.
+    middle = [f["path"] for f in table.snapshot().files().to_pylist() if json.loads(f["stats"])["minValues"]["id"] == 10]
+    os.remove(tmp_path / "t" / middle[0])  # read, it would fail the MERGE
+    table.merge(pa.table({"id": [3, 25], "v": [7, 8]}), "id", when_matched_update={"v": "s.v"})
+    version = table.snapshot()
+    assert middle[0] in version.files().column("path").to_pylist()
+    readable = version.files().filter(pa.compute.not_equal(version.files().column("path"), middle[0]))
+    rows = version.read_context().read(readable, columns=["id", "v"]).to_pylist()
+    assert {r["id"]: r["v"] for r in rows} == {i: {3: 7, 25: 8}.get(i, i * 10) for i in [*range(10), *range(20, 30)]}
+
+
 def test_copy_on_write_merge_replaces_each_matched_file_by_one_and_leaves_no_file_when_it_fails(tmp_path: Path) -> None:
     table = _table(tmp_path, dv=False)
     table.append(_rows(range(20, 30), "c"))

@@ -295,9 +295,9 @@ def _spark_jobs(spark: Any, work: Callable[[], object]) -> int:
 
 
 def test_small_statements_find_their_rows_on_the_driver(spark: Any, tmp_path: Path, dml_regime: str) -> None:
-    """Under the bound, a DELETE runs no Spark job and a MERGE only the one reading the
-    source's keys and the one writing its new rows; with the bound at 0 Spark finds the rows.
-    The rows are the same either way (the model)."""
+    """Under the bound, a DELETE runs no Spark job and a MERGE only the one reading its
+    source (txnlog.dml merges on the driver); with the bound at 0 Spark finds the rows. The
+    rows are the same either way (the model)."""
     uri = str(tmp_path / "t")
     model = _make(uri)
 
@@ -318,7 +318,7 @@ def test_small_statements_find_their_rows_on_the_driver(spark: Any, tmp_path: Pa
     model.update((r[0], r) for r in updates)
     _same_rows(spark, uri, model)
     if dml_regime == "driver":
-        assert jobs <= 3  # the source's keys (one or two jobs), the write
+        assert jobs <= 2  # the source's rows (one or two jobs)
     commit = _commit(uri)
     metrics = _metrics(commit)
     assert metrics["numTargetRowsUpdated"] == 3 and metrics["numTargetRowsInserted"] == 1
@@ -347,6 +347,49 @@ def test_only_conditions_spark_computes_alike_run_on_the_driver(tmp_path: Any, p
     table = txnlog.Table.create(str(tmp_path / "t"), data.schema)
     snapshot = table.snapshot()
     assert spark_agrees(snapshot, snapshot.predicate(predicate)) is on_driver
+
+
+@pytest.mark.parametrize(
+    ("on", "clauses", "source_types", "on_driver"),
+    [
+        ("key", {"when_matched_update": "*", "when_not_matched_insert": "*"}, {}, True),
+        ("key", {"when_matched_update": {"name": "concat(s.name, t.name)"}, "when_matched_delete": "s.name IS NULL"}, {}, True),
+        ("key", {"when_matched_update": {"name": "'gone'", "small": "NULL"}}, {"name": pa.large_string()}, True),
+        ("key", {"when_matched_update": {"small": "s.small + 1"}}, {}, False),  # Spark fails on overflow
+        ("key", {"when_matched_update": {"small": "s.key"}}, {}, False),  # a narrowing cast
+        ("key", {"when_matched_update": {"small": "0"}}, {}, False),  # numbers: Spark's own casts
+        ("key", {"when_matched_update": {"name": "upper(s.name)"}}, {}, False),
+        ("key", {"when_matched_update": {"name": "name"}}, {}, False),  # ambiguous: Spark refuses it
+        ("key", {"when_not_matched_insert": "*"}, {"key": pa.int32()}, False),  # Spark widens the key
+        ("t.key = s.key AND s.small > 0", {"when_matched_delete": True}, {}, False),  # a residual condition
+        ("score", {"when_matched_delete": True}, {}, False),  # floating point keys: NaN equals NaN in Spark
+    ],
+)
+def test_only_merges_spark_computes_alike_run_on_the_driver(
+    on: str, clauses: dict[str, Any], source_types: dict[str, pa.DataType], on_driver: bool
+) -> None:
+    from txnlog.dml import MergeCondition, assignments
+    from txnlog.spark.driver import merge_agrees
+
+    target = pa.schema({"key": pa.int64(), "small": pa.int32(), "name": pa.string(), "score": pa.float64()})
+    source = pa.schema([pa.field(f.name, source_types.get(f.name, f.type)) for f in target])
+    updates = assignments("when_matched_update", clauses.get("when_matched_update"), target.names, source.names)
+    inserts = assignments("when_not_matched_insert", clauses.get("when_not_matched_insert"), target.names, source.names)
+    agrees = merge_agrees(target, source, MergeCondition.parse(on), updates, inserts, clauses.get("when_matched_delete", False))
+    assert agrees is on_driver
+
+
+def test_a_merge_on_the_driver_gives_spark_s_answer_where_arrow_alone_would_differ(spark: Any, tmp_path: Path, dml_regime: str) -> None:
+    """Source types that differ from the target's (an int key, a double for a long column)
+    leave the MERGE to Spark in both regimes, with Spark's widening and casting."""
+    uri = str(tmp_path / "t")
+    data = pa.table({"key": pa.array([1, 2, 3], pa.int64()), "amount": pa.array([10, 20, 30], pa.int64())})
+    txnlog.Table.create(uri, data.schema, properties={"delta.enableDeletionVectors": "true"}).append(data)
+    source = spark.createDataFrame([(2, 2.7), (4, 4.2)], "key int, amount double")
+    merge(spark, uri, source, on="key", when_matched_update="*", when_not_matched_insert="*")
+    rows = sorted(txnlog.Table(uri).snapshot().to_arrow().to_pylist(), key=lambda r: r["key"])
+    # ANSI Spark casts a double to a long by truncating it.
+    assert rows == [{"key": 1, "amount": 10}, {"key": 2, "amount": 2}, {"key": 3, "amount": 30}, {"key": 4, "amount": 4}]
 
 
 def test_overflowing_delete_fails_as_spark_does_in_both_regimes(spark: Any, tmp_path: Any) -> None:

@@ -102,5 +102,9 @@ def test_replayed_batch_in_merge_mode_is_skipped(spark, tmp_path):
     assert (sink.stats.committed, sink.stats.skipped) == (2, 2)
     rows = sorted(tuple(r.values()) for r in deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist())
     assert rows == [(1, 1.0), (2, 20.0), (3, 3.0)]
+    # The merge batch's commit is the stream's, as delta-spark records it, with MERGE's metrics.
+    info = deltalake.DeltaTable(uri).history(1)[0]
+    assert info["operation"] == "STREAMING UPDATE" and info["operationParameters"] == {"outputMode": "Update", "epochId": "1"}
+    assert info["operationMetrics"]["numTargetRowsUpdated"] == "1" and info["operationMetrics"]["numTargetRowsInserted"] == "1"
     with pytest.raises(InvalidArgumentError, match="merge_on"):
         foreach_batch_sink(uri, "x", mode="merge")

@@ -8,9 +8,10 @@ transaction of their own, as ``optimize`` wraps :func:`compact` (OPTIMIZE). The 
 :func:`assignments`, :func:`key_range_predicate`) are shared with ``txnlog.spark.merge``.
 """
 
-from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_range_predicate, merge_parameters, quote_name
+from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_bounds, key_range_predicate, merge_parameters, quote_name
 from txnlog.dml.compaction import compact, plan_bins
 from txnlog.dml.operations import DmlResult, Metrics, delete, matching_positions, merge, rows_with_keys, update
+from txnlog.dml.pruning import prune_by_keys
 
 __all__ = [
     "Assignments",
@@ -20,11 +21,13 @@ __all__ = [
     "assignments",
     "compact",
     "delete",
+    "key_bounds",
     "key_range_predicate",
     "matching_positions",
     "merge",
     "merge_parameters",
     "plan_bins",
+    "prune_by_keys",
     "quote_name",
     "rows_with_keys",
     "update",

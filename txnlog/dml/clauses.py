@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError
 from txnlog.expressions.parser import parse_value
 from txnlog.expressions.values import ColumnValue, Operation, ValueExpression, conjuncts
@@ -106,6 +109,16 @@ def _sql_literal(value: Any) -> str | None:
     if isinstance(value, _dt.date):
         return f"DATE '{value.isoformat()}'"
     return None
+
+
+def key_bounds(keyed: pa.Table, names: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    """Each of ``names``' (min, max) over ``keyed`` (rows whose keys are all non-null), as
+    :func:`key_range_predicate` takes them."""
+    bounds = {}
+    for name in names:
+        low_high = pc.min_max(keyed.column(name))
+        bounds[name] = (low_high["min"].as_py(), low_high["max"].as_py())
+    return bounds
 
 
 def key_range_predicate(pairs: Sequence[tuple[str, str]], bounds: Mapping[str, tuple[Any, Any]]) -> str | None:

@@ -29,7 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_range_predicate, merge_parameters
+from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_bounds, key_range_predicate, merge_parameters
+from txnlog.dml.pruning import prune_by_keys
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError, TxnLogError
 from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
@@ -654,13 +655,14 @@ def merge(
     if keyed.num_rows == 0:
         candidates = snapshot.files().slice(0, 0)
     else:
-        bounds = {}
-        for _, s in pairs:
-            low_high = pc.min_max(keyed.column(s))
-            bounds[s] = (low_high["min"].as_py(), low_high["max"].as_py())
-        predicate = key_range_predicate(pairs, bounds)
+        predicate = key_range_predicate(pairs, key_bounds(keyed, [s for _, s in pairs]))
         candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
-    keyed_source = _prefixed(_with_key_types(keyed, pairs, schema, txn.uri), "s.")
+    typed_keys = _with_key_types(keyed, pairs, schema, txn.uri)
+    if keyed.num_rows:
+        # Of the files in the range (what the transaction records as read), only those whose
+        # own bounds can hold one of the keys are read.
+        candidates = prune_by_keys(snapshot, candidates, [(t, typed_keys.column(s).combine_chunks()) for t, s in pairs])
+    keyed_source = _prefixed(typed_keys, "s.")
 
     # 1. Match, file by file, reading the keys and what the rest of ON needs. One key without
     # residual condition, whose source values are unique, is looked up (a target row can then

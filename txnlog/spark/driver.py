@@ -19,14 +19,14 @@ file has no ``numRecords``, Spark reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
+from txnlog.dml import MergeCondition
 from txnlog.dml import matching_positions as positions_in_files
 from txnlog.errors import InvalidArgumentError, TxnLogError
 from txnlog.expressions import (
@@ -55,7 +55,7 @@ from txnlog.expressions import (
     parse_value,
     target_columns_read,
 )
-from txnlog.file_facts import decode_stats, num_records, parse_stats, stats_leaf
+from txnlog.file_facts import decode_stats, num_records
 from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error
 
@@ -72,8 +72,6 @@ DEFAULT_DRIVER_SCAN_CELLS = 32_000_000
 #: How many source rows a MERGE collects to the driver (its key columns only) to prune the
 #: target's files key by key and to find the matching rows there.
 MAX_SOURCE_KEYS = 2_000_000
-# Key types whose order numpy and the stats agree on, so a file's [min, max] can prune it.
-_ORDERED = (pa.types.is_integer, pa.types.is_date)
 
 
 def driver_scan_cells(spark: SparkSession) -> int:
@@ -211,6 +209,84 @@ def spark_agrees(snapshot: Snapshot, condition: FilePredicate) -> bool:
     return _Agreement(types).condition(condition.expression)
 
 
+def _interchangeable(value: pa.DataType | None, column: pa.DataType) -> bool:
+    """Whether a value of type ``value`` stored in a column of type ``column`` is unchanged:
+    the same type, or the same kind whose Arrow layout differs (what ``toArrow`` may give)."""
+    if value is None:
+        return False
+    if value == column:
+        return True
+    for kind in (pa.types.is_string, pa.types.is_large_string), (pa.types.is_binary, pa.types.is_large_binary):
+        if any(k(value) for k in kind) and any(k(column) for k in kind):
+            return True
+    return (pa.types.is_timestamp(value) and pa.types.is_timestamp(column) and value.unit == column.unit
+            and value.tz is not None and column.tz is not None)  # one instant, shown in another zone
+
+
+class _MergeAgreement(_Agreement):
+    """:class:`_Agreement` over a MERGE's two tables: ``t.x`` the target's, ``s.x`` the
+    source's, a bare name whichever one of them has it."""
+
+    def __init__(self, target: pa.Schema, source: pa.Schema) -> None:
+        super().__init__({})
+        self.sides = {"t": {f.name.lower(): f.type for f in target}, "s": {f.name.lower(): f.type for f in source}}
+
+    def type_of(self, ref: Reference) -> pa.DataType | None:
+        path = [p.lower() for p in ref.path]
+        if len(path) == 2 and path[0] in self.sides:
+            return self.sides[path[0]].get(path[1])
+        if len(path) == 1:
+            found = [side[path[0]] for side in self.sides.values() if path[0] in side]
+            return found[0] if len(found) == 1 else None  # Spark refuses an ambiguous name
+        return None
+
+    def column(self, ref: Reference) -> str | None:
+        return _category(self.type_of(ref))
+
+    def assigned(self, text: str, column: pa.DataType) -> bool:
+        """Whether ``text`` gives the same values in both engines once stored in ``column``:
+        a column of an interchangeable type, NULL, or a text, boolean or date expression of the
+        column's kind (numbers are left to Spark: its casts round and overflow its own way)."""
+        try:
+            node = parse_value(text)
+        except TxnLogError:
+            return False
+        if isinstance(node, ColumnValue):
+            return _interchangeable(self.type_of(node.ref), column)
+        if isinstance(node, LiteralValue) and node.value is None:
+            return True
+        kind = self.value(node)
+        return kind in (_TEXT, _BOOL, _DATE) and kind == _category(column)
+
+
+def merge_agrees(target: pa.Schema, source: pa.Schema, condition: MergeCondition, updates: Mapping[str, str] | None,
+                 inserts: Mapping[str, str] | None, when_matched_delete: bool | str) -> bool:
+    """Whether ``txnlog.dml.merge`` changes exactly the rows Spark's MERGE would, to the same
+    values, with ``source`` as ``toArrow`` gave it: an ON condition of key equalities alone
+    between columns of one exact type (not floating point, whose NaN Spark's join equates),
+    a delete condition and assignments :class:`_Agreement` accepts, and no nested columns."""
+    if condition.residual or any(pa.types.is_nested(f.type) for f in (*target, *source)):
+        return False
+    if len({n.lower() for n in source.names}) != len(source.names):
+        return False
+    agreement = _MergeAgreement(target, source)
+    for side in zip(*condition.pairs):
+        if len({name.lower() for name in side}) != len(side):  # a column in two equalities
+            return False
+    for t, s in condition.pairs:
+        t_type, s_type = agreement.sides["t"].get(t.lower()), agreement.sides["s"].get(s.lower())
+        if t_type is None or s_type != t_type or pa.types.is_floating(t_type):
+            return False
+    if isinstance(when_matched_delete, str):
+        try:
+            if agreement.value(parse_value(when_matched_delete)) != _BOOL:
+                return False
+        except TxnLogError:
+            return False
+    types = {f.name: f.type for f in target}
+    return all(agreement.assigned(text, types[column]) for clause in (updates, inserts) for column, text in (clause or {}).items())
+
+
 def matching_positions(snapshot: Snapshot, candidates: pa.Table, condition: FilePredicate) -> tuple[pa.Table, list[pa.Array]]:
     """Of ``candidates``, the files holding a live row on which ``condition`` is TRUE, and each
     one's physical positions of those rows (int64): only the condition's columns are read."""
@@ -242,34 +318,6 @@ def collect_keys(source: Any, key_columns: Sequence[str], extra: Sequence[str], 
     if rows.num_rows > limit:
         return None
     return rows.rename_columns(names)
-
-
-def prune_by_keys(files: pa.Table, stats_type: pa.StructType, pairs: Sequence[tuple[str, pa.Array]], physical: dict[str, str] | None) -> pa.Table:
-    """``files`` less those whose min/max stats of a key column hold none of the source's
-    values of it. ``pairs``: (target column, the source's non-null values cast to its type).
-    Only integer and date keys prune (their order is the stats' order); a file without bounds
-    for a key stays."""
-    if files.num_rows == 0:
-        return files
-    stats = parse_stats(files, stats_type)
-    keep = np.ones(files.num_rows, dtype=bool)
-    for column, values in pairs:
-        if not any(test(values.type) for test in _ORDERED) or len(values) == 0:
-            continue
-        name = physical.get(column, column) if physical else column
-        low = stats_leaf(stats, ("minValues", name))
-        high = stats_leaf(stats, ("maxValues", name))
-        if low.type != values.type or high.type != values.type:
-            continue
-        known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
-        as_int = pa.int64() if not pa.types.is_date(values.type) else pa.int32()
-        keys = np.sort(values.cast(as_int).to_numpy(zero_copy_only=False))
-        lows = pc.fill_null(low, values[0]).cast(as_int).to_numpy(zero_copy_only=False)
-        highs = pc.fill_null(high, values[0]).cast(as_int).to_numpy(zero_copy_only=False)
-        # Some key in [low, high]: the first key >= low comes before the first key > high.
-        holds = np.searchsorted(keys, lows, side="left") < np.searchsorted(keys, highs, side="right")
-        keep &= holds | ~known
-    return files.filter(pa.array(keep)) if not keep.all() else files
 
 
 def matching_target_rows(
@@ -322,7 +370,7 @@ __all__ = [
     "fits_driver",
     "matching_positions",
     "matching_target_rows",
-    "prune_by_keys",
+    "merge_agrees",
     "referenced_columns",
     "spark_agrees",
 ]

@@ -5,6 +5,9 @@ How it runs (the driver handles file lists, row positions and a few aggregates; 
 small statement, within the bound of :mod:`txnlog.spark.driver`: a small source's keys, the
 matching target rows, and the other rows of small copy-on-write files):
 
+0. a small source whose clauses txnlog computes as Spark does (:func:`~txnlog.spark.driver.merge_agrees`),
+   into files whose columns read are small, is collected, and ``txnlog.dml.merge`` (the code of
+   ``Table.merge``) does the whole MERGE on the driver; otherwise:
 1. the source is persisted for the duration (a streaming micro-batch may not be re-readable);
    a source of few rows sends its key columns to the driver, a larger one gives its row count
    and the min/max of each key column in one aggregate;
@@ -34,6 +37,7 @@ Conditions are Spark SQL over two aliases: ``t`` (the target) and ``s`` (the sou
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,16 +50,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table
-from txnlog.dml import Assignments, MergeCondition, key_range_predicate, merge_parameters, rows_with_keys
+from txnlog.dml import Assignments, MergeCondition, key_bounds, key_range_predicate, merge_parameters, prune_by_keys, rows_with_keys
 from txnlog.dml import assignments as _assignments
+from txnlog.dml import merge as dml_merge
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
-from txnlog.file_facts import physical_names, stats_type
 from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, job_error, quote_column
-from txnlog.spark.driver import MAX_SOURCE_KEYS, collect_keys, fits_driver, matching_target_rows, prune_by_keys, referenced_columns
+from txnlog.spark.driver import (
+    MAX_SOURCE_KEYS,
+    collect_keys,
+    driver_scan_cells,
+    fits_driver,
+    matching_target_rows,
+    merge_agrees,
+    referenced_columns,
+)
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
 from txnlog.spark.reader import ROW_INDEX_COLUMN, read_files
 from txnlog.spark.writer import (
@@ -145,6 +158,12 @@ def merge_into(
     new_ids = [F.lit(None).cast("long").alias(ROW_ID), F.lit(None).cast("long").alias(ROW_COMMIT_VERSION)] if row_ids else []
 
     started = time.monotonic()
+    whole = _merge_on_driver(
+        txn, spark, source_df, on, condition, updates, inserts,
+        when_matched_update=when_matched_update, when_matched_delete=when_matched_delete, when_not_matched_insert=when_not_matched_insert,
+    )
+    if whole is not None:
+        return whole
     source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [source]
     try:
@@ -157,10 +176,7 @@ def merge_into(
             source_rows = collected.num_rows
             keyed = rows_with_keys(collected, source_keys)
             unique_keys = keyed.group_by(list(dict.fromkeys(source_keys))).aggregate([]).num_rows == keyed.num_rows
-            bounds = {}
-            for name in source_keys:
-                low_high = pc.min_max(keyed.column(name))
-                bounds[name] = (low_high["min"].as_py(), low_high["max"].as_py())
+            bounds = key_bounds(keyed, source_keys)
         else:
             source_rows, unique_keys, bounds = _summary(source, condition)
         if source_rows == 0:
@@ -386,6 +402,85 @@ def merge_into(
             frame.unpersist()
 
 
+def _merge_on_driver(
+    txn: OptimisticTransaction,
+    spark: Any,
+    source_df: Any,
+    on: str | Sequence[str],
+    condition: MergeCondition,
+    updates: Mapping[str, str] | None,
+    inserts: Mapping[str, str] | None,
+    *,
+    when_matched_update: Assignments,
+    when_matched_delete: bool | str,
+    when_not_matched_insert: Assignments,
+) -> MergeMetrics | None:
+    """The whole MERGE done by ``txnlog.dml.merge`` on the driver, as ``Table.merge`` does it:
+    when the source and the columns read of the files its keys may match fit the driver's bound,
+    and that code computes what Spark would (:func:`merge_agrees`). None, with nothing staged,
+    when not: then Spark does the work (the source, read here, is read again)."""
+    snapshot = txn.snapshot
+    assert snapshot is not None
+    source_columns = list(source_df.columns)
+    limit = min(MAX_SOURCE_KEYS, driver_scan_cells(spark) // max(len(source_columns), 1))
+    if limit <= 0:
+        return None
+    try:
+        declared = to_arrow_schema(source_df.schema)
+    except (TypeError, ValueError, pa.ArrowException):  # a type Arrow cannot hold: Spark merges
+        return None
+    agrees = functools.partial(merge_agrees, snapshot.schema, condition=condition, updates=updates, inserts=inserts,
+                               when_matched_delete=when_matched_delete)
+    if not agrees(declared):
+        return None
+    rows = collect_keys(source_df, source_columns, [], limit, f"the Spark job reading the merge source for table {txn.uri}")
+    if rows is None or not agrees(rows.schema):
+        return None
+    source_keys = [s for _, s in condition.pairs]
+    keyed = rows_with_keys(rows, source_keys)
+    if keyed.num_rows:
+        predicate = key_range_predicate(condition.pairs, key_bounds(keyed, source_keys))
+        candidates = prune_by_keys(snapshot, snapshot.files(predicate), [(t, keyed.column(s).combine_chunks()) for t, s in condition.pairs])
+    else:
+        candidates = snapshot.files().slice(0, 0)
+    columns = [f.name for f in snapshot.schema]
+    if txn.table_configuration.deletion_vectors_enabled:
+        matched_clause = updates is not None or bool(when_matched_delete)
+        read = len(_target_columns(condition, columns, updates, when_matched_delete, txn.table_configuration.change_data_feed_enabled and matched_clause))
+    else:
+        read = len(columns)  # a changed file is rewritten whole
+    if not fits_driver(spark, candidates, read + (2 if tracks_row_ids(txn.table_configuration) else 0)):
+        return None
+    log.info("merge into %s on the driver: %d source rows, %d of %d files may match", txn.uri, rows.num_rows, candidates.num_rows, snapshot.num_files)
+    # dml.merge records MERGE's operation parameters; a streaming batch's commit keeps its own.
+    parameters = dict(txn.operation_parameters)
+    result = dml_merge(txn, rows, on, when_matched_update=when_matched_update, when_matched_delete=when_matched_delete,
+                       when_not_matched_insert=when_not_matched_insert)
+    txn.operation_parameters.clear()
+    txn.operation_parameters.update(parameters or merge_parameters(on, when_matched_update, when_matched_delete, when_not_matched_insert))
+    txn.set_operation_metrics(numTargetFilesScanned=candidates.num_rows)
+    m = result.metrics
+    return MergeMetrics(
+        source_rows=m["numSourceRows"],
+        target_files_scanned=candidates.num_rows,
+        **{field: m.get(name, 0) for field, name in _DML_METRICS.items()},
+    )
+
+
+#: MergeMetrics' fields by the name txnlog.dml.merge records each under.
+_DML_METRICS = {
+    "target_files_removed": "numTargetFilesRemoved",
+    "target_files_added": "numTargetFilesAdded",
+    "target_rows_inserted": "numTargetRowsInserted",
+    "target_rows_updated": "numTargetRowsUpdated",
+    "target_rows_deleted": "numTargetRowsDeleted",
+    "target_rows_copied": "numTargetRowsCopied",
+    "deletion_vectors_added": "numTargetDeletionVectorsAdded",
+    "deletion_vectors_updated": "numTargetDeletionVectorsUpdated",
+    "deletion_vectors_removed": "numTargetDeletionVectorsRemoved",
+}
+
+
 def _summary(source: Any, condition: MergeCondition) -> tuple[int, bool, dict[str, tuple[Any, Any]]]:
     """For a source too large to collect: its row count, whether its non-null keys are unique,
     and each key column's min and max; one aggregate."""
@@ -425,16 +520,9 @@ def _same_key_types(snapshot: Snapshot, keyed: pa.Table, condition: MergeConditi
 def _prune(snapshot: Snapshot, candidates: pa.Table, keyed: pa.Table, condition: MergeCondition, same_types: bool) -> pa.Table:
     """``candidates`` less the files whose stats bounds of an (integer or date) key column hold
     none of the source's keys."""
-    if not same_types or candidates.num_rows == 0:
+    if not same_types:
         return candidates
-    partitions = {c.lower() for c in snapshot.partition_columns}
-    by_lower = {f.name.lower(): f.name for f in snapshot.schema}
-    keys = [(by_lower[t.lower()], keyed.column(s).combine_chunks()) for t, s in condition.pairs if t.lower() not in partitions]
-    if not keys:
-        return candidates
-    mapped = physical_names(snapshot.schema, snapshot.configuration)
-    bounds_type = stats_type(snapshot.schema, [(name,) for name, _ in keys], mapped=mapped is not None)
-    return prune_by_keys(candidates, bounds_type, keys, mapped)
+    return prune_by_keys(snapshot, candidates, [(t, keyed.column(s).combine_chunks()) for t, s in condition.pairs])
 
 
 def _distinct_keys(keyed: pa.Table, condition: MergeCondition) -> pa.Table:
