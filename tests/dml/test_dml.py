@@ -4,6 +4,7 @@ concurrent commits conflict as the Spark versions do, and errors name what is wr
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shutil
@@ -165,6 +166,26 @@ def test_merge_reads_no_file_whose_bounds_hold_none_of_the_keys(tmp_path: Path, 
     readable = version.files().filter(pa.compute.not_equal(version.files().column("path"), middle[0]))
     rows = version.read_context().read(readable, columns=["id", "v"]).to_pylist()
     assert {r["id"]: r["v"] for r in rows} == {i: {3: 7, 25: 8}.get(i, i * 10) for i in [*range(10), *range(20, 30)]}
+
+
+@pytest.mark.parametrize("key_type", [pa.int16(), pa.int64(), pa.date32(), pa.string()], ids=str)
+@pytest.mark.parametrize("dv", [True, False], ids=["dv", "cow"])
+def test_merge_looks_keys_up_in_each_file_whatever_their_order_and_nulls(tmp_path: Path, key_type: pa.DataType, dv: bool) -> None:
+    def key(i: int) -> object:
+        return datetime.date(2000, 1, 1) + datetime.timedelta(days=i) if pa.types.is_date(key_type) else (f"k{i:03}" if pa.types.is_string(key_type) else i)
+
+    properties = {"delta.enableDeletionVectors": "true"} if dv else {}
+    table = txnlog.Table.create(str(tmp_path / "t"), pa.schema({"k": key_type, "v": pa.int64()}), properties=properties)
+    table.append(pa.table({"k": pa.array([key(i) for i in (-5, 3, 9)] + [None], key_type), "v": [1, 2, 3, 4]}))
+    table.append(pa.table({"k": pa.array([key(i) for i in (40, 20, 30)], key_type), "v": [5, 6, 7]}))
+    # Unsorted source keys: some in each file's range, some between, before and after them all.
+    source_keys = [30, -9, 9, 25, 3, 100, -5]
+    table.merge(pa.table({"k": pa.array([key(i) for i in source_keys], key_type), "v": [10 * i for i in source_keys]}), "k",
+                when_matched_update="*", when_not_matched_insert="*")
+    got = sorted(((r["k"] is None, r["k"]), r["v"]) for r in table.snapshot().to_arrow().to_pylist())
+    old = {key(i): v for i, v in ((-5, 1), (3, 2), (9, 3), (40, 5), (20, 6), (30, 7))}
+    expected = {**old, **{key(i): 10 * i for i in source_keys}}
+    assert got == sorted([((False, k), v) for k, v in expected.items()] + [((True, None), 4)])
 
 
 def test_copy_on_write_merge_replaces_each_matched_file_by_one_and_leaves_no_file_when_it_fails(tmp_path: Path) -> None:

@@ -566,7 +566,36 @@ class _MergedFile:
     written_rows: int = 0
 
 
-def _lookup_key(keyed_source: pa.Table, pairs: Sequence[tuple[str, str]], residual: Sequence[object]) -> pa.Array | None:
+class _KeyLookup:
+    """The source's unique values of its one key, looked up for each target file's rows.
+    Integer and date keys are also kept sorted: a file then looks up only the keys within its
+    own [min, max], hashing a few of them instead of all (with keys in every file, the hash
+    table of all of them was most of the matching time)."""
+
+    def __init__(self, values: pa.Array) -> None:
+        self.values = values
+        self.sorted: np.ndarray | None = None
+        self.order: np.ndarray | None = None
+        self.as_int = pa.int32() if pa.types.is_date(values.type) else pa.int64()
+        if pa.types.is_integer(values.type) or pa.types.is_date(values.type):
+            numbers = values.cast(self.as_int).to_numpy(zero_copy_only=False)
+            self.order = np.argsort(numbers, kind="stable")
+            self.sorted = numbers[self.order]
+
+    def find(self, column: pa.ChunkedArray) -> pa.Array:
+        """For each value of ``column``, the index of the equal source value, or null."""
+        if self.sorted is None or self.order is None:
+            return pc.index_in(column, value_set=self.values)
+        bounds = pc.min_max(column.cast(self.as_int))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None:  # every value is null
+            return pa.nulls(len(column), pa.int32())
+        start, stop = np.searchsorted(self.sorted, low, side="left"), np.searchsorted(self.sorted, high, side="right")
+        within = pa.array(self.order[start:stop])
+        return within.take(pc.index_in(column, value_set=self.values.take(within)))
+
+
+def _lookup_key(keyed_source: pa.Table, pairs: Sequence[tuple[str, str]], residual: Sequence[object]) -> _KeyLookup | None:
     """The source's key values, when matching a target row is a lookup of its one key among
     them: ON is one equality, the values are unique and compare exactly (not floating point,
     whose NaN and -0.0 the join treats its own way). None otherwise (the rows are joined)."""
@@ -580,7 +609,7 @@ def _lookup_key(keyed_source: pa.Table, pairs: Sequence[tuple[str, str]], residu
     if not exact:
         return None
     values = keys.combine_chunks()
-    return values if pc.count_distinct(values).as_py() == len(values) else None
+    return _KeyLookup(values) if pc.count_distinct(values).as_py() == len(values) else None
 
 
 def merge(
@@ -675,7 +704,7 @@ def merge(
         """File i's matched rows, (ROW_INDEX, SOURCE_ROW), and the rows read; None when none match."""
         rows = ctx.read(candidates.slice(i, 1), columns=needed, row_index=ROW_INDEX, store=store)
         if lookup is not None:
-            at = pc.index_in(rows.column(pairs[0][0]), value_set=lookup)  # the source has no NULL key
+            at = lookup.find(rows.column(pairs[0][0]))  # the source has no NULL key
             hit = at.is_valid()
             if not pc.any(hit).as_py():
                 return None
