@@ -61,6 +61,12 @@ for _ in range(2):
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
 streamed = spark.read.format("txnlog").load(uri + "_stream").groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
+# MERGE, small enough to run whole on the driver, then the same shape found by Spark's jobs.
+ts.write(df, uri + "_merge")
+upserts = spark.range(4990, 5010, numPartitions=2).selectExpr("id", "cast(id % 5 as string) as p", "id * 100 as v")
+ts.merge(spark, uri + "_merge", upserts, on="id", when_matched_update="*", when_not_matched_insert="*")
+spark.conf.set("spark.txnlog.dml.driverScanCells", "0")
+ts.merge(spark, uri + "_merge", spark.range(0, 10).selectExpr("id", "-1 as v"), on="id", when_matched_update={"v": "s.v"})
 result = {"kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"],
           "format_count": back["count(1)"], "format_sum": back["sum(v)"],
           "stream_count": streamed["count(1)"], "stream_sum": streamed["sum(v)"], "query_id": str(query.id)}
@@ -110,6 +116,9 @@ def _check(result: dict[str, object], uri: str) -> None:
     batches = streamed.app_transaction_version(str(result["query_id"]))
     files = txnlog.Table(uri + "_format").snapshot().num_files
     assert batches is not None and batches + 1 == (files + 1) // 2
+    merged = {r["id"]: (r["p"], r["v"]) for r in txnlog.Table(uri + "_merge").snapshot().to_arrow().to_pylist()}
+    expected = {i: (str(i % 5), -1 if i < 10 else (i * 100 if i >= 4990 else i * 2)) for i in range(5010)}
+    assert merged == expected
 
 
 def _wait_for_port(port: int, procs: list[subprocess.Popen[bytes]], log: Path, timeout: float = 90) -> None:
