@@ -41,7 +41,9 @@ if mode == "connect":
     builder = builder.remote(target)
 else:
     builder = builder.master(target).config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+# A low maxResultSize: the wide MERGE source below cannot come to the driver whole.
 spark = (builder.config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "4")
+         .config("spark.driver.maxResultSize", "4m")
          .config("spark.ui.enabled", "false").config("spark.pyspark.python", sys.executable).getOrCreate())
 df = spark.range(0, 5000, numPartitions=4).selectExpr("id", "cast(id % 5 as string) as p", "id * 2 as v")
 version = ts.write(df, uri, partition_by=["p"])
@@ -67,6 +69,11 @@ upserts = spark.range(4990, 5010, numPartitions=2).selectExpr("id", "cast(id % 5
 ts.merge(spark, uri + "_merge", upserts, on="id", when_matched_update="*", when_not_matched_insert="*")
 spark.conf.set("spark.txnlog.dml.driverScanCells", "0")
 ts.merge(spark, uri + "_merge", spark.range(0, 10).selectExpr("id", "-1 as v"), on="id", when_matched_update={"v": "s.v"})
+# Few rows but 12 MB: over maxResultSize, so Spark merges it (the driver would have collected it).
+spark.conf.unset("spark.txnlog.dml.driverScanCells")
+ts.write(spark.range(0, 100).selectExpr("id", "'a' as p"), uri + "_wide")
+wide = spark.range(0, 64, numPartitions=2).selectExpr("id", "repeat('x', 200000) as p")
+ts.merge(spark, uri + "_wide", wide, on="id", when_matched_update="*")
 result = {"kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"],
           "format_count": back["count(1)"], "format_sum": back["sum(v)"],
           "stream_count": streamed["count(1)"], "stream_sum": streamed["sum(v)"], "query_id": str(query.id)}
@@ -119,6 +126,8 @@ def _check(result: dict[str, object], uri: str) -> None:
     merged = {r["id"]: (r["p"], r["v"]) for r in txnlog.Table(uri + "_merge").snapshot().to_arrow().to_pylist()}
     expected = {i: (str(i % 5), -1 if i < 10 else (i * 100 if i >= 4990 else i * 2)) for i in range(5010)}
     assert merged == expected
+    wide = txnlog.Table(uri + "_wide").snapshot().to_arrow().to_pylist()
+    assert sorted((r["id"], len(r["p"]), r["p"][:1]) for r in wide) == [(i, 200000, "x") if i < 64 else (i, 1, "a") for i in range(100)]
 
 
 def _wait_for_port(port: int, procs: list[subprocess.Popen[bytes]], log: Path, timeout: float = 90) -> None:

@@ -59,7 +59,7 @@ from txnlog.dml import assignments as _assignments
 from txnlog.dml import merge as dml_merge
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
 from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
-from txnlog.spark.common import SPARK_FAILURES, job_error, quote_column
+from txnlog.spark.common import SPARK_FAILURES, SparkJobError, job_error, quote_column
 from txnlog.spark.driver import (
     MAX_SOURCE_KEYS,
     collect_keys,
@@ -433,7 +433,15 @@ def _merge_on_driver(
                                when_matched_delete=when_matched_delete)
     if not agrees(declared):
         return None
-    rows = collect_keys(source_df, source_columns, [], limit, f"the Spark job reading the merge source for table {txn.uri}")
+    try:
+        rows = collect_keys(source_df, source_columns, [], limit, f"the Spark job reading the merge source for table {txn.uri}")
+    except SparkJobError as e:
+        # The bound counts values, not bytes: wide rows can pass it and still exceed what Spark
+        # lets a job return to the driver. Then Spark merges, as it would without this path.
+        if _RESULT_TOO_LARGE not in str(e):
+            raise
+        log.info("merge into %s: the source is too large to collect (%s); Spark merges it", txn.uri, e)
+        return None
     if rows is None or not agrees(rows.schema):
         return None
     source_keys = [s for _, s in condition.pairs]
@@ -467,6 +475,8 @@ def _merge_on_driver(
     )
 
 
+#: In Spark's error when a job's results exceed ``spark.driver.maxResultSize``.
+_RESULT_TOO_LARGE = "spark.driver.maxResultSize"
 #: MergeMetrics' fields by the name txnlog.dml.merge records each under.
 _DML_METRICS = {
     "target_files_removed": "numTargetFilesRemoved",
