@@ -392,6 +392,22 @@ def test_a_merge_on_the_driver_gives_spark_s_answer_where_arrow_alone_would_diff
     assert rows == [{"key": 1, "amount": 10}, {"key": 2, "amount": 2}, {"key": 3, "amount": 30}, {"key": 4, "amount": 4}]
 
 
+def test_the_driver_bound_counts_stored_bytes_in_proportion_to_the_columns_read(spark: Any, tmp_path: Path, dml_regime: str) -> None:
+    from txnlog.spark.driver import MAX_DRIVER_SCAN_BYTES, fits_driver
+
+    data = pa.table({"key": pa.array(range(10), pa.int64()), "a": ["x"] * 10, "b": ["y"] * 10})
+    table = txnlog.Table.create(str(tmp_path / "t"), data.schema)
+    table.append(data)
+    files = table.snapshot().files()
+    assert fits_driver(spark, files, 3, of=3) is (dml_regime == "driver")  # a bound of 0: always Spark
+    if dml_regime == "spark":
+        return
+    # Ten values but, as stored, 1.2 times the bound: a third of it is read for one column.
+    wide = files.set_column(files.schema.get_field_index("size"), "size", pa.array([MAX_DRIVER_SCAN_BYTES * 6 // 5], pa.int64()))
+    assert fits_driver(spark, wide, 1, of=3)
+    assert not fits_driver(spark, wide, 3, of=3)
+
+
 def test_overflowing_delete_fails_as_spark_does_in_both_regimes(spark: Any, tmp_path: Any) -> None:
     """The conftest runs this with rows found on the driver and in Spark: both refuse the
     statement, as Spark SQL in ANSI mode does, and the table is unchanged."""

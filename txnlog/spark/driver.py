@@ -69,6 +69,10 @@ DRIVER_SCAN_CELLS_CONF = "spark.txnlog.dml.driverScanCells"
 #: 32M values: a few hundred milliseconds of Parquet decoding on one core, well under the
 #: fixed cost of the Spark jobs it replaces; the columns are read a file at a time per thread.
 DEFAULT_DRIVER_SCAN_CELLS = 32_000_000
+#: The stored (compressed) bytes of the candidate files a statement may read on the driver, in
+#: proportion to the columns read: the bound of values alone would let a few rows of a wide
+#: text column fill the driver's memory.
+MAX_DRIVER_SCAN_BYTES = 256 * 1024 * 1024
 #: How many source rows a MERGE collects to the driver (its key columns only) to prune the
 #: target's files key by key and to find the matching rows there.
 MAX_SOURCE_KEYS = 2_000_000
@@ -85,9 +89,11 @@ def driver_scan_cells(spark: SparkSession) -> int:
         raise InvalidArgumentError(f"Spark conf {DRIVER_SCAN_CELLS_CONF} must be a whole number of values (0: always use Spark), not {value!r}") from None
 
 
-def fits_driver(spark: SparkSession, files: pa.Table, columns: int) -> bool:
-    """Whether reading ``columns`` columns of ``files`` stays within the session's bound (every
-    file must give its ``numRecords``)."""
+def fits_driver(spark: SparkSession, files: pa.Table, columns: int, *, of: int) -> bool:
+    """Whether reading ``columns`` of the table's ``of`` columns of ``files`` stays within the
+    session's bound of values (every file must give its ``numRecords``) and within
+    :data:`MAX_DRIVER_SCAN_BYTES` of the files' stored bytes, counted in proportion to the
+    columns read (a wide text column makes few values large)."""
     limit = driver_scan_cells(spark)
     if limit <= 0 or files.num_rows == 0:
         return limit > 0
@@ -95,6 +101,9 @@ def fits_driver(spark: SparkSession, files: pa.Table, columns: int) -> bool:
     if stats.null_count:
         return False
     if files.num_rows <= 64 and any(not isinstance((decode_stats(t) or {}).get("numRecords"), int) for t in stats.to_pylist()):
+        return False
+    stored = int(pc.sum(files.column("size")).as_py() or 0)
+    if stored * min(columns, of) > MAX_DRIVER_SCAN_BYTES * max(of, 1):
         return False
     return num_records(files) * max(columns, 1) <= limit
 
@@ -364,6 +373,7 @@ def matching_target_rows(
 __all__ = [
     "DEFAULT_DRIVER_SCAN_CELLS",
     "DRIVER_SCAN_CELLS_CONF",
+    "MAX_DRIVER_SCAN_BYTES",
     "MAX_SOURCE_KEYS",
     "collect_keys",
     "driver_scan_cells",

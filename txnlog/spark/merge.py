@@ -209,7 +209,7 @@ def merge_into(
             on_driver = (
                 keyed is not None and same_types
                 and not any(pa.types.is_nested(f.type) for f in snapshot.schema if f.name in needed)
-                and fits_driver(spark, candidates, len(needed) + (2 if row_ids else 0))
+                and fits_driver(spark, candidates, len(needed) + (2 if row_ids else 0), of=len(columns))
             )
             # With the ON condition made of key equalities alone and unconditional clauses, the
             # driver finds every (target row, source row) pair itself; Spark then only computes
@@ -296,7 +296,7 @@ def merge_into(
             if when_matched_delete and hit.num_rows:
                 removed_rows = matched.where(F.col(_DELETED))
                 changes.require(lambda: removed_rows.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "delete")
-            if hit.num_rows and not merge_on_read and driver_pairs is not None and fits_driver(spark, hit, len(columns) + (2 if row_ids else 0)):
+            if hit.num_rows and not merge_on_read and driver_pairs is not None and fits_driver(spark, hit, len(columns) + (2 if row_ids else 0), of=len(columns)):
                 # Copy-on-write of small files, with the changed positions known: the driver
                 # copies their other rows (as txnlog.dml does) while Spark writes the new rows.
                 copy_on_driver = hit
@@ -457,7 +457,7 @@ def _merge_on_driver(
         read = len(_target_columns(condition, columns, updates, when_matched_delete, txn.table_configuration.change_data_feed_enabled and matched_clause))
     else:
         read = len(columns)  # a changed file is rewritten whole
-    if not fits_driver(spark, candidates, read + (2 if tracks_row_ids(txn.table_configuration) else 0)):
+    if not fits_driver(spark, candidates, read + (2 if tracks_row_ids(txn.table_configuration) else 0), of=len(columns)):
         return None
     log.info("merge into %s on the driver: %d source rows, %d of %d files may match", txn.uri, rows.num_rows, candidates.num_rows, snapshot.num_files)
     # dml.merge records MERGE's operation parameters; a streaming batch's commit keeps its own.

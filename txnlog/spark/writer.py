@@ -474,7 +474,7 @@ def rows_to_mark(spark: SparkSession, snapshot: Snapshot, candidates: pa.Table, 
     if candidates.num_rows == 0:
         return candidates, []
     condition = snapshot.predicate(predicate)
-    if fits_driver(spark, candidates, len(condition.columns)) and spark_agrees(snapshot, condition):
+    if fits_driver(spark, candidates, len(condition.columns), of=len(snapshot.schema)) and spark_agrees(snapshot, condition):
         return positions_on_driver(snapshot, candidates, condition)
     return matching_positions(spark, snapshot, candidates, F.coalesce(F.expr(predicate), F.lit(False)))
 
