@@ -595,6 +595,21 @@ class _KeyLookup:
         return within.take(pc.index_in(column, value_set=self.values.take(within)))
 
 
+def _with_columns(rows: pa.Table, columns: Sequence[str], schema: pa.Schema, have: pa.Table | None, at: np.ndarray | None) -> pa.Table:
+    """``rows`` with each of ``columns`` it lacks: from ``have`` (what was read before, aligned
+    with the file's rows, taken ``at`` when given), else NULL (a column no clause reads)."""
+    for c in columns:
+        if c in rows.column_names:
+            continue
+        field = schema.field(c)
+        if have is not None and c in have.column_names:
+            values = have.column(c) if at is None else have.column(c).take(at)
+        else:
+            values = pa.nulls(rows.num_rows, field.type)
+        rows = rows.append_column(field, values)
+    return rows
+
+
 def _lookup_key(keyed_source: pa.Table, pairs: Sequence[tuple[str, str]], residual: Sequence[object]) -> _KeyLookup | None:
     """The source's key values, when matching a target row is a lookup of its one key among
     them: ON is one equality, the values are unique and compare exactly (not floating point,
@@ -759,14 +774,13 @@ def merge(
                 raise TxnLogError(f"merge into {txn.uri}: data file {candidates.column('path')[i]} changed while it was read")
         else:
             rows = have.select([ROW_INDEX])
-        for c in columns:  # what was read before; columns no clause reads, as NULL
-            if c in rows.column_names:
-                continue
-            values = have.column(c) if have is not None and c in have.column_names else pa.nulls(rows.num_rows, schema.field(c).type)
-            rows = rows.append_column(pa.field(c, schema.field(c).type), values)
         # Both ascending: each matched row's place among the rows read.
         at = np.searchsorted(rows.column(ROW_INDEX).to_numpy(), matched.column(ROW_INDEX).to_numpy())
-        target_rows = rows.take(at)
+        if not dv_mode:  # the file is written again: every column of every row
+            rows = _with_columns(rows, columns, schema, have, None)
+            target_rows = rows.take(at)
+        else:  # merge-on-read keeps no old row: of them it needs only the matched ones
+            target_rows = _with_columns(rows.take(at), columns, schema, have, at)
         joined = pa.Table.from_arrays(
             [target_rows.column(c) for c in columns] + [src.column(c).take(matched.column(SOURCE_ROW)) for c in source_columns],
             names=[f"t.{c}" for c in columns] + [f"s.{c}" for c in source_columns],
