@@ -268,6 +268,23 @@ class _MergeAgreement(_Agreement):
         return kind in (_TEXT, _BOOL, _DATE) and kind == _category(column)
 
 
+def keys_compare_alike(target: pa.Schema, source: pa.Schema, condition: MergeCondition) -> bool:
+    """Whether each source key column has its target column's exact type, one whose equality
+    Arrow and Spark agree on (not floating point: Spark's join makes NaN equal to NaN; not
+    nested), and no column is in two equalities: then the driver matches keys as Spark's join
+    would."""
+    for side in zip(*condition.pairs):
+        if len({name.lower() for name in side}) != len(side):
+            return False
+    target_types = {f.name.lower(): f.type for f in target}
+    source_types = {f.name.lower(): f.type for f in source}
+    for t, s in condition.pairs:
+        t_type = target_types.get(t.lower())
+        if t_type is None or source_types.get(s.lower()) != t_type or pa.types.is_floating(t_type) or pa.types.is_nested(t_type):
+            return False
+    return True
+
+
 def merge_agrees(target: pa.Schema, source: pa.Schema, condition: MergeCondition, updates: Mapping[str, str] | None,
                  inserts: Mapping[str, str] | None, when_matched_delete: bool | str) -> bool:
     """Whether ``txnlog.dml.merge`` changes exactly the rows Spark's MERGE would, to the same
@@ -278,14 +295,9 @@ def merge_agrees(target: pa.Schema, source: pa.Schema, condition: MergeCondition
         return False
     if len({n.lower() for n in source.names}) != len(source.names):
         return False
+    if not keys_compare_alike(target, source, condition):
+        return False
     agreement = _MergeAgreement(target, source)
-    for side in zip(*condition.pairs):
-        if len({name.lower() for name in side}) != len(side):  # a column in two equalities
-            return False
-    for t, s in condition.pairs:
-        t_type, s_type = agreement.sides["t"].get(t.lower()), agreement.sides["s"].get(s.lower())
-        if t_type is None or s_type != t_type or pa.types.is_floating(t_type):
-            return False
     if isinstance(when_matched_delete, str):
         try:
             if agreement.value(parse_value(when_matched_delete)) != _BOOL:
@@ -378,6 +390,7 @@ __all__ = [
     "collect_keys",
     "driver_scan_cells",
     "fits_driver",
+    "keys_compare_alike",
     "matching_positions",
     "matching_target_rows",
     "merge_agrees",

@@ -65,6 +65,7 @@ from txnlog.spark.driver import (
     collect_keys,
     driver_scan_cells,
     fits_driver,
+    keys_compare_alike,
     matching_target_rows,
     merge_agrees,
     referenced_columns,
@@ -187,7 +188,7 @@ def merge_into(
         else:
             predicate = key_range_predicate(condition.pairs, bounds)
             candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
-        same_types = keyed is not None and _same_key_types(snapshot, keyed, condition)
+        same_types = keyed is not None and keys_compare_alike(snapshot.schema, keyed.schema, condition)
         if keyed is not None:
             # The range is what the transaction records as read (so conflicts are what they
             # were); of its files, only those whose bounds hold one of the source's keys are
@@ -510,21 +511,6 @@ def _summary(source: Any, condition: MergeCondition) -> tuple[int, bool, dict[st
     summary = source.agg(*aggregates).collect()[0]
     bounds = {s: (summary[f"lo{i}"], summary[f"hi{i}"]) for i, (_, s) in enumerate(condition.pairs)}
     return int(summary["n"]), int(summary["keyed"]) == int(summary["distinct_keys"]), bounds
-
-
-def _same_key_types(snapshot: Snapshot, keyed: pa.Table, condition: MergeCondition) -> bool:
-    """Whether each source key column has its target column's exact type, one whose equality
-    Arrow and Spark agree on (not floating point: Spark's join makes NaN equal to NaN): then
-    the driver can match keys as Spark's join would."""
-    types = {f.name.lower(): f.type for f in snapshot.schema}
-    for side in zip(*condition.pairs):
-        if len({name.lower() for name in side}) != len(side):  # a column in two equalities: left to Spark
-            return False
-    for target, source in condition.pairs:
-        t = types.get(target.lower())
-        if t is None or keyed.schema.field(source).type != t or pa.types.is_floating(t) or pa.types.is_nested(t):
-            return False
-    return True
 
 
 def _prune(snapshot: Snapshot, candidates: pa.Table, keyed: pa.Table, condition: MergeCondition, same_types: bool) -> pa.Table:
