@@ -11,7 +11,7 @@ transaction of their own, as ``optimize`` wraps :func:`compact` (OPTIMIZE). The 
 from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_bounds, key_range_predicate, merge_parameters, quote_name
 from txnlog.dml.compaction import compact, plan_bins
 from txnlog.dml.operations import DmlResult, Metrics, delete, matching_positions, merge, rows_with_keys, update
-from txnlog.dml.pruning import prune_by_keys
+from txnlog.dml.pruning import merge_candidates
 
 __all__ = [
     "Assignments",
@@ -25,9 +25,9 @@ __all__ = [
     "key_range_predicate",
     "matching_positions",
     "merge",
+    "merge_candidates",
     "merge_parameters",
     "plan_bins",
-    "prune_by_keys",
     "quote_name",
     "rows_with_keys",
     "update",

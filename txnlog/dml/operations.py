@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_bounds, key_range_predicate, merge_parameters
-from txnlog.dml.pruning import prune_by_keys
+from txnlog.dml.clauses import Assignments, MergeCondition, assignments, merge_parameters
+from txnlog.dml.pruning import merge_candidates
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError, TxnLogError
 from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
@@ -695,17 +695,8 @@ def merge(
         return _record(txn, metrics, start, 0, False)
 
     # The source's key range prunes the target's files (and is the read predicate).
-    keyed = rows_with_keys(src, [s for _, s in pairs])
-    if keyed.num_rows == 0:
-        candidates = snapshot.files().slice(0, 0)
-    else:
-        predicate = key_range_predicate(pairs, key_bounds(keyed, [s for _, s in pairs]))
-        candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
-    typed_keys = _with_key_types(keyed, pairs, schema, txn.uri)
-    if keyed.num_rows:
-        # Of the files in the range (what the transaction records as read), only those whose
-        # own bounds can hold one of the keys are read.
-        candidates = prune_by_keys(snapshot, candidates, [(t, typed_keys.column(s).combine_chunks()) for t, s in pairs])
+    typed_keys = _with_key_types(rows_with_keys(src, [s for _, s in pairs]), pairs, schema, txn.uri)
+    candidates = merge_candidates(snapshot, typed_keys, pairs, txn=txn)
     keyed_source = _prefixed(typed_keys, "s.")
 
     # 1. Match, file by file, reading the keys and what the rest of ON needs. One key without

@@ -1,6 +1,6 @@
-"""Key pruning for MERGE: of the files a source's key range selects, those whose own bounds can
-hold one of the source's keys. A few new keys past the end of the table's range would otherwise
-make every file a candidate. Shared by ``Table.merge`` and ``txnlog.spark.merge``."""
+"""The files a MERGE can match: those the source's key range selects, less those whose own bounds
+hold none of the source's keys (a few new keys past the end of the table's range would otherwise
+make every file a candidate). Shared by ``Table.merge`` and ``txnlog.spark.merge``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from txnlog.dml.clauses import key_bounds, key_range_predicate
 from txnlog.file_facts import parse_stats, physical_names, stats_leaf, stats_type
 from txnlog.snapshot import Snapshot
+from txnlog.txn.transaction import OptimisticTransaction
 
 # Key types whose order numpy and the stats agree on, so a file's [min, max] can prune it.
 _ORDERED = (pa.types.is_integer, pa.types.is_date)
@@ -56,4 +58,19 @@ def prune_by_keys(snapshot: Snapshot, files: pa.Table, keys: Sequence[tuple[str,
     return files.filter(pa.array(keep)) if not keep.all() else files
 
 
-__all__ = ["prune_by_keys"]
+def merge_candidates(snapshot: Snapshot, keyed: pa.Table, pairs: Sequence[tuple[str, str]], *, txn: OptimisticTransaction | None = None) -> pa.Table:
+    """The files of ``snapshot`` a MERGE can match, given ``keyed``, the source's rows whose
+    keys are all set, and the ON condition's (target, source) key ``pairs``: the key range's
+    files, less those :func:`prune_by_keys` drops. With ``txn``, the range is read through it,
+    so the transaction records the range as its read predicate and its files as read."""
+    if keyed.num_rows == 0:
+        return snapshot.files().slice(0, 0)
+    predicate = key_range_predicate(pairs, key_bounds(keyed, [s for _, s in pairs]))
+    if txn is None:
+        in_range = snapshot.files(predicate)
+    else:
+        in_range = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
+    return prune_by_keys(snapshot, in_range, [(t, keyed.column(s).combine_chunks()) for t, s in pairs])
+
+
+__all__ = ["merge_candidates", "prune_by_keys"]

@@ -54,7 +54,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table
-from txnlog.dml import Assignments, MergeCondition, key_bounds, key_range_predicate, merge_parameters, prune_by_keys, rows_with_keys
+from txnlog.dml import Assignments, MergeCondition, key_bounds, key_range_predicate, merge_candidates, merge_parameters, rows_with_keys
 from txnlog.dml import assignments as _assignments
 from txnlog.dml import merge as dml_merge
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError
@@ -177,23 +177,25 @@ def merge_into(
             source_rows = collected.num_rows
             keyed = rows_with_keys(collected, source_keys)
             unique_keys = keyed.group_by(list(dict.fromkeys(source_keys))).aggregate([]).num_rows == keyed.num_rows
-            bounds = key_bounds(keyed, source_keys)
         else:
             source_rows, unique_keys, bounds = _summary(source, condition)
         if source_rows == 0:
             return MergeMetrics()
-        if any(lo is None for lo, _ in bounds.values()):
-            # A key column that is null in every source row: nothing can match.
-            candidates = snapshot.files().slice(0, 0)
-        else:
-            predicate = key_range_predicate(condition.pairs, bounds)
-            candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
         same_types = keyed is not None and keys_compare_alike(snapshot.schema, keyed.schema, condition)
-        if keyed is not None:
+        if keyed is not None and same_types:
             # The range is what the transaction records as read (so conflicts are what they
             # were); of its files, only those whose bounds hold one of the source's keys are
             # scanned (a few new keys past the end no longer make every file a candidate).
-            candidates = _prune(snapshot, candidates, keyed, condition, same_types)
+            candidates = merge_candidates(snapshot, keyed, condition.pairs, txn=txn)
+        else:
+            if keyed is not None:
+                bounds = key_bounds(keyed, source_keys)
+            if any(lo is None for lo, _ in bounds.values()):
+                # A key column that is null in every source row: nothing can match.
+                candidates = snapshot.files().slice(0, 0)
+            else:
+                predicate = key_range_predicate(condition.pairs, bounds)
+                candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
         log.info("merge into %s: %d source rows, %d of %d files may match", txn.uri, source_rows, candidates.num_rows, snapshot.num_files)
 
         s = source.alias("s")
@@ -445,13 +447,7 @@ def _merge_on_driver(
         return None
     if rows is None or not agrees(rows.schema):
         return None
-    source_keys = [s for _, s in condition.pairs]
-    keyed = rows_with_keys(rows, source_keys)
-    if keyed.num_rows:
-        predicate = key_range_predicate(condition.pairs, key_bounds(keyed, source_keys))
-        candidates = prune_by_keys(snapshot, snapshot.files(predicate), [(t, keyed.column(s).combine_chunks()) for t, s in condition.pairs])
-    else:
-        candidates = snapshot.files().slice(0, 0)
+    candidates = merge_candidates(snapshot, rows_with_keys(rows, [s for _, s in condition.pairs]), condition.pairs)
     columns = [f.name for f in snapshot.schema]
     if txn.table_configuration.deletion_vectors_enabled:
         matched_clause = updates is not None or bool(when_matched_delete)
@@ -465,8 +461,9 @@ def _merge_on_driver(
     parameters = dict(txn.operation_parameters)
     result = dml_merge(txn, rows, on, when_matched_update=when_matched_update, when_matched_delete=when_matched_delete,
                        when_not_matched_insert=when_not_matched_insert)
-    txn.operation_parameters.clear()
-    txn.operation_parameters.update(parameters or merge_parameters(on, when_matched_update, when_matched_delete, when_not_matched_insert))
+    if parameters:
+        txn.operation_parameters.clear()
+        txn.operation_parameters.update(parameters)
     txn.set_operation_metrics(numTargetFilesScanned=candidates.num_rows)
     m = result.metrics
     return MergeMetrics(
@@ -511,14 +508,6 @@ def _summary(source: Any, condition: MergeCondition) -> tuple[int, bool, dict[st
     summary = source.agg(*aggregates).collect()[0]
     bounds = {s: (summary[f"lo{i}"], summary[f"hi{i}"]) for i, (_, s) in enumerate(condition.pairs)}
     return int(summary["n"]), int(summary["keyed"]) == int(summary["distinct_keys"]), bounds
-
-
-def _prune(snapshot: Snapshot, candidates: pa.Table, keyed: pa.Table, condition: MergeCondition, same_types: bool) -> pa.Table:
-    """``candidates`` less the files whose stats bounds of an (integer or date) key column hold
-    none of the source's keys."""
-    if not same_types:
-        return candidates
-    return prune_by_keys(snapshot, candidates, [(t, keyed.column(s).combine_chunks()) for t, s in condition.pairs])
 
 
 def _distinct_keys(keyed: pa.Table, condition: MergeCondition) -> pa.Table:
