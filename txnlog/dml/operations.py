@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.dml.clauses import Assignments, MergeCondition, assignments, merge_parameters
-from txnlog.dml.pruning import merge_candidates
+from txnlog.dml.pruning import merge_candidates, ordered_as_int
 from txnlog.errors import DuplicateMatchError, InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError, TxnLogError
 from txnlog.expressions.parser import parse_value
 from txnlog.expressions.predicate import FilePredicate
@@ -576,15 +576,15 @@ class _KeyLookup:
         self.values = values
         self.sorted: np.ndarray | None = None
         self.order: np.ndarray | None = None
-        self.as_int = pa.int32() if pa.types.is_date(values.type) else pa.int64()
-        if pa.types.is_integer(values.type) or pa.types.is_date(values.type):
+        self.as_int = ordered_as_int(values.type)
+        if self.as_int is not None:
             numbers = values.cast(self.as_int).to_numpy(zero_copy_only=False)
             self.order = np.argsort(numbers, kind="stable")
             self.sorted = numbers[self.order]
 
     def find(self, column: pa.ChunkedArray) -> pa.Array:
         """For each value of ``column``, the index of the equal source value, or null."""
-        if self.sorted is None or self.order is None:
+        if self.sorted is None or self.order is None or self.as_int is None:
             return pc.index_in(column, value_set=self.values)
         bounds = pc.min_max(column.cast(self.as_int))
         low, high = bounds["min"].as_py(), bounds["max"].as_py()

@@ -15,8 +15,15 @@ from txnlog.file_facts import parse_stats, physical_names, stats_leaf, stats_typ
 from txnlog.snapshot import Snapshot
 from txnlog.txn.transaction import OptimisticTransaction
 
-# Key types whose order numpy and the stats agree on, so a file's [min, max] can prune it.
-_ORDERED = (pa.types.is_integer, pa.types.is_date)
+
+def ordered_as_int(kind: pa.DataType) -> pa.DataType | None:
+    """The integer type whose order is ``kind``'s, for keys compared as numpy numbers (a file's
+    [min, max] against sorted keys): int64 for integers, int32 for dates, None for the rest."""
+    if pa.types.is_integer(kind):
+        return pa.int64()
+    if pa.types.is_date(kind):
+        return pa.int32()
+    return None
 
 
 def prune_by_keys(snapshot: Snapshot, files: pa.Table, keys: Sequence[tuple[str, pa.Array]]) -> pa.Table:
@@ -32,7 +39,7 @@ def prune_by_keys(snapshot: Snapshot, files: pa.Table, keys: Sequence[tuple[str,
     for column, values in keys:
         field = by_lower.get(column.lower())
         if (field is None or column.lower() in partitions or len(values) == 0 or values.type != field.type
-                or not any(test(field.type) for test in _ORDERED)):
+                or ordered_as_int(field.type) is None):
             continue
         usable.append((field.name, values))
     if not usable:
@@ -48,7 +55,7 @@ def prune_by_keys(snapshot: Snapshot, files: pa.Table, keys: Sequence[tuple[str,
         if low.type != values.type or high.type != values.type:
             continue
         known = pc.and_(pc.is_valid(low), pc.is_valid(high)).to_numpy(zero_copy_only=False)
-        as_int = pa.int64() if not pa.types.is_date(values.type) else pa.int32()
+        as_int = ordered_as_int(values.type)
         sorted_keys = np.sort(values.cast(as_int).to_numpy(zero_copy_only=False))
         lows = pc.fill_null(low, values[0]).cast(as_int).to_numpy(zero_copy_only=False)
         highs = pc.fill_null(high, values[0]).cast(as_int).to_numpy(zero_copy_only=False)
@@ -73,4 +80,4 @@ def merge_candidates(snapshot: Snapshot, keyed: pa.Table, pairs: Sequence[tuple[
     return prune_by_keys(snapshot, in_range, [(t, keyed.column(s).combine_chunks()) for t, s in pairs])
 
 
-__all__ = ["merge_candidates", "prune_by_keys"]
+__all__ = ["merge_candidates", "ordered_as_int", "prune_by_keys"]
