@@ -124,21 +124,30 @@ def log_writer(tmp_table_uri: str) -> Callable[..., LogWriter]:
     return lambda uri=None: LogWriter(uri or tmp_table_uri)
 
 
+def delta_jars_dir() -> Path:
+    """Where `make jars` put delta-spark's jars: $TXNLOG_DELTA_JARS_DIR, else ./.delta-jars."""
+    return Path(os.environ.get("TXNLOG_DELTA_JARS_DIR") or REPO_ROOT / ".delta-jars")
+
+
 @pytest.fixture(scope="session")
 def spark() -> Any:
-    """The one local SparkSession of a test session (PySpark takes ~20 s to start here).
+    """The one local SparkSession of a test session (PySpark takes ~20 s to start here), with
+    delta-spark in it (``format("delta")``, Delta SQL) beside txnlog.
 
     Tests that need Spark take this fixture; tests must not stop it or change session-wide
-    settings they do not restore.
+    settings they do not restore. Without delta-spark's jars the session starts without Delta
+    (tests taking ``delta_spark`` skip), except under CI=true, where their absence fails.
     """
     pytest.importorskip("pyspark")
     from pyspark.sql import SparkSession
+
+    from txnlog.spark import delta_jars, with_delta
 
     # Python workers must import this interpreter's txnlog, and every Spark process talks to the
     # loopback address only (Spark picks the machine's other interface by default here).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
@@ -147,7 +156,21 @@ def spark() -> Any:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
-        .getOrCreate()
     )
+    jars_dir = delta_jars_dir()
+    if delta_jars(jars_dir):
+        builder = with_delta(builder, jars_dir=jars_dir)
+    elif os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"delta-spark's jars are not in {jars_dir}: `make jars` fetches them at set-up")
+    session = builder.getOrCreate()
     yield session
     session.stop()
+
+
+@pytest.fixture
+def delta_spark(spark: Any) -> Any:
+    """The shared session, for tests that need delta-spark in it; skips when its jars are absent
+    (the ``spark`` fixture already failed under CI=true)."""
+    if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
+        pytest.skip(f"delta-spark's jars are not in {delta_jars_dir()}; run `make jars`")
+    return spark

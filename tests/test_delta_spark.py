@@ -1,44 +1,59 @@
-"""Interop with Spark + Delta (delta-spark), the reference implementation.
-
-delta-spark's JVM jars come from Maven, which this environment cannot reach. Point
-TXNLOG_DELTA_SPARK_JARS at the jars (comma-separated: delta-spark_2.13-<v>.jar and
-delta-storage-<v>.jar) to run these tests; without them they skip, saying so.
-"""
+"""Interop with Spark + Delta (delta-spark), the reference implementation, in the shared test
+session: `make jars` fetches delta-spark's jars once at set-up and the ``spark`` fixture starts
+with them (txnlog.spark.with_delta); the tests here take ``delta_spark``."""
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from txnlog import Table
+from txnlog.errors import UnsupportedFeatureError
 
-JARS = [j for j in os.environ.get("TXNLOG_DELTA_SPARK_JARS", "").split(",") if j]
-
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(
-        not JARS or not all(Path(j).exists() for j in JARS),
-        reason="delta-spark jars not present (no Maven access here); set TXNLOG_DELTA_SPARK_JARS to run",
-    ),
-]
+pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(scope="module")
-def delta_spark():
-    pyspark = pytest.importorskip("pyspark")
-    spark = (
-        pyspark.sql.SparkSession.builder.master("local[2]")
-        .config("spark.jars", ",".join(JARS))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    yield spark
-    spark.stop()
+def test_the_coordinate_follows_pysparks_release_and_refuses_one_delta_spark_lacks() -> None:
+    from txnlog.spark.delta import DELTA_SPARK_VERSION, delta_package
+
+    assert delta_package("4.2.0") == f"io.delta:delta-spark_4.2_2.13:{DELTA_SPARK_VERSION}"
+    with pytest.raises(UnsupportedFeatureError, match=r"not PySpark 4\.3\.0.*pyspark==4\.2\.0"):
+        delta_package("4.3.0")
+
+
+def test_with_delta_takes_fetched_jars_and_otherwise_asks_spark_to_resolve(tmp_path: Path) -> None:
+    from pyspark.sql import SparkSession
+
+    from txnlog.spark import delta_jars, with_delta
+
+    from .conftest import delta_jars_dir
+
+    jars = delta_jars(delta_jars_dir())
+    if not jars:
+        pytest.skip("delta-spark's jars are not fetched; run `make jars`")
+    options = with_delta(SparkSession.Builder(), jars_dir=delta_jars_dir())._options
+    assert options["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert options["spark.jars"].split(",") == [str(j) for j in jars]
+    assert "spark.jars.packages" not in options
+    # An empty folder: Spark resolves the package at start, as configure_spark_with_delta_pip does.
+    options = with_delta(SparkSession.Builder(), jars_dir=tmp_path)._options
+    assert options["spark.jars.packages"].startswith("io.delta:delta-spark_")
+
+
+def test_fetching_again_is_a_no_op_that_returns_the_same_jars() -> None:
+    from txnlog.spark import delta_jars
+
+    from .conftest import delta_jars_dir
+
+    if not delta_jars(delta_jars_dir()):
+        pytest.skip("delta-spark's jars are not fetched; run `make jars`")
+    done = subprocess.run([sys.executable, "-m", "txnlog.spark.delta", str(delta_jars_dir())], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(j) for j in delta_jars(delta_jars_dir())]
 
 
 def test_spark_delta_reads_txnlog_tables_and_txnlog_reads_its_commits(delta_spark, tmp_path):

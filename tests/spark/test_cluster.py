@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 
 import txnlog
+import txnlog.spark
+
+from ..conftest import delta_jars_dir
 
 pytestmark = pytest.mark.spark
 
@@ -31,12 +34,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 # The driver program: a write/read round trip through txnlog.spark, checked by txnlog's core.
 DRIVER = r"""
-import json, sys
+import json, os, sys
 from pyspark.sql import SparkSession
 import txnlog.spark as ts
 
 builder = SparkSession.builder.appName("txnlog-cluster-test")
 mode, target, uri = sys.argv[1], sys.argv[2], sys.argv[3]
+# delta-spark beside txnlog: its jars reach the executors (or the Connect server) from the folder.
+with_delta = bool(ts.delta_jars(os.environ.get("TXNLOG_DELTA_JARS_DIR", "")))
+if with_delta:
+    builder = ts.with_delta(builder)
 if mode == "connect":
     builder = builder.remote(target)
 else:
@@ -76,7 +83,13 @@ ts.write(spark.range(0, 100).selectExpr("id", "'a' as p"), uri + "_wide")
 if mode != "connect":
     wide = spark.range(0, 64, numPartitions=2).selectExpr("id", "repeat('x', 200000) as p")
     ts.merge(spark, uri + "_wide", wide, on="id", when_matched_update="*")
-result = {"mode": mode, "kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"],
+# delta-spark reads a table txnlog wrote, appends to it, and txnlog reads delta-spark's commit.
+delta = {}
+if with_delta:
+    ts.write(df, uri + "_delta", partition_by=["p"])
+    delta = spark.read.format("delta").load(uri + "_delta").groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
+    spark.range(5000, 5010).selectExpr("id", "cast(id % 5 as string) as p", "id * 2 as v").write.format("delta").mode("append").save(uri + "_delta")
+result = {"mode": mode, "delta": delta, "kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"],
           "format_count": back["count(1)"], "format_sum": back["sum(v)"],
           "stream_count": streamed["count(1)"], "stream_sum": streamed["sum(v)"], "query_id": str(query.id)}
 print("RESULT " + json.dumps(result), flush=True)
@@ -98,6 +111,7 @@ def _env() -> dict[str, str]:
         PYSPARK_PYTHON=sys.executable,
         PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
         SPARK_HOME=str(SPARK_HOME),
+        TXNLOG_DELTA_JARS_DIR=str(delta_jars_dir()),
     )
     return env
 
@@ -105,7 +119,7 @@ def _env() -> dict[str, str]:
 def _run_driver(mode: str, target: str, uri: str, tmp_path: Path) -> dict[str, object]:
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(script), mode, target, uri], env=_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(script), mode, target, uri], env=_env(), capture_output=True, text=True, timeout=420)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"driver failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return dict(json.loads(lines[-1][len("RESULT "):]))
@@ -128,6 +142,13 @@ def _check(result: dict[str, object], uri: str) -> None:
     merged = {r["id"]: (r["p"], r["v"]) for r in txnlog.Table(uri + "_merge").snapshot().to_arrow().to_pylist()}
     expected = {i: (str(i % 5), -1 if i < 10 else (i * 100 if i >= 4990 else i * 2)) for i in range(5010)}
     assert merged == expected
+    if txnlog.spark.delta_jars(delta_jars_dir()):
+        assert result["delta"] == {"count(1)": 5000, "sum(v)": result["sum"]}
+        # delta-spark's append is version 1, read by txnlog.
+        appended = txnlog.Table(uri + "_delta").snapshot()
+        assert appended.version == 1 and sorted(appended.to_arrow().column("id").to_pylist()) == list(range(5010))
+    elif os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"delta-spark's jars are not in {delta_jars_dir()}")
     wide = txnlog.Table(uri + "_wide").snapshot().to_arrow().to_pylist()
     merged_wide = 64 if result["mode"] != "connect" else 0
     assert sorted((r["id"], len(r["p"]), r["p"][:1]) for r in wide) == [

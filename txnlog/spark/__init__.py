@@ -8,7 +8,9 @@
 - :func:`files`: the live file list reconstructed on the executors, for tables whose list
   does not fit the driver;
 - :func:`transaction`: a context manager for PySpark jobs (read, write, delete, update,
-  overwrite in one atomic commit).
+  overwrite in one atomic commit);
+- :func:`with_delta` / :func:`fetch_delta_jars`: delta-spark in the same session
+  (``format("delta")``, Delta SQL), its jars fetched once into a local folder.
 
 Works with a classic SparkSession and over Spark Connect (public DataFrame APIs only).
 Needs the `spark` extra (PySpark 4, pyroaring); executors need only txnlog, pyarrow and fsspec.
@@ -17,6 +19,7 @@ Needs the `spark` extra (PySpark 4, pyroaring); executors need only txnlog, pyar
 from txnlog.spark.changes import read_changes
 from txnlog.spark.common import SparkJobError, SparkWorkerPythonError
 from txnlog.spark.datasource import register
+from txnlog.spark.delta import delta_jars, fetch_delta_jars, with_delta
 from txnlog.spark.files import files
 from txnlog.spark.merge import merge
 from txnlog.spark.optimize import OptimizeResult, optimize
@@ -30,6 +33,8 @@ __all__ = [
     "SparkJobError",
     "SparkTransaction",
     "SparkWorkerPythonError",
+    "delta_jars",
+    "fetch_delta_jars",
     "files",
     "foreach_batch_sink",
     "merge",
@@ -39,6 +44,7 @@ __all__ = [
     "read_files",
     "register",
     "transaction",
+    "with_delta",
     "write",
     "write_files",
 ]
