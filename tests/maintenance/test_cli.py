@@ -92,6 +92,25 @@ def test_usage_errors_exit_2(table_path):
     run("frobnicate", check_code=2)
 
 
+def test_a_bad_where_predicate_is_a_usage_error(table_path):
+    build(table_path, 1)
+    proc = run("files", str(table_path), "--where", "part = ", check_code=2)
+    assert proc.stdout == "" and "part = " in proc.stderr and proc.stderr.count("\n") == 1
+    error = run_json("files", str(table_path), "--where", "nope > 1", check_code=2)["error"]
+    assert error["type"] == "InvalidPredicateError" and "nope" in error["message"]
+
+
+def test_counts_and_sizes_read_as_english(table_path):
+    table = build(table_path, 1)
+    uri = str(table_path)
+    size = table.snapshot().files().column("size")[0].as_py()
+    assert size < 1024
+    assert f"1 file, {size} bytes" in run("files", uri).stdout
+    assert "0 files, 0 bytes" in run("files", uri, "--where", "part = 'zzz'").stdout
+    assert "Would delete 0 files, 0 bytes." in run("vacuum", uri, "--dry-run").stdout
+    assert "Checkpoint of version 1: 1 file," in run("checkpoint", uri).stdout
+
+
 @pytest.mark.parametrize(
     "args, names",
     [

@@ -23,6 +23,7 @@ from txnlog.cli.output import Document, Output, Rows, output_for
 from txnlog.errors import (
     CommitConflictError,
     InvalidArgumentError,
+    InvalidPredicateError,
     TableNotFoundError,
     TxnLogError,
 )
@@ -42,7 +43,7 @@ def exit_code_of(error: BaseException) -> int:
         return EXIT_TABLE_NOT_FOUND
     if isinstance(error, CommitConflictError):
         return EXIT_CONFLICT
-    if isinstance(error, InvalidArgumentError):
+    if isinstance(error, (InvalidArgumentError, InvalidPredicateError)):  # what the command line said is wrong
         return EXIT_USAGE
     return EXIT_PROBLEM
 
