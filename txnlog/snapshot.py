@@ -61,8 +61,9 @@ def load_state(store: LogStore, version: int | None = None) -> TableState:
             retry_checkpoint = isinstance(e, CorruptCheckpointError) and segment is not None and segment.checkpoint
             if not retry_checkpoint:
                 if vanished and relists < _RELISTS:
-                    # The log moved on under this read: list it again from scratch.
-                    log.warning("%s: a log file vanished while reading it (%s); listing the log again", store.root_uri, e)
+                    # The log moved on under this read (a log expiry): list it again from scratch.
+                    # Nothing is wrong, so it is no warning.
+                    log.info("%s: a log file vanished while reading it (%s); listing the log again", store.root_uri, e)
                     relists += 1
                     skipped.clear()
                     first_error, vanished = None, False
@@ -196,7 +197,9 @@ class Snapshot:
                 if rebuilds and not (e.vanished and rebuilds < _RELISTS):
                     raise
                 rebuilds += 1
-                log.warning("%s: rebuilding version %d to %s (%s)", self.uri, self.version, what, e)
+                # A checkpoint that log expiry deleted (here or in another process) is expected
+                # and costs only the rebuild; an unreadable one is worth a warning.
+                log.log(logging.INFO if e.vanished else logging.WARNING, "%s: rebuilding version %d to %s (%s)", self.uri, self.version, what, e)
                 self._state = load_state(self.store, self.version)
 
     def locate(self, path: str) -> FileLocation:
