@@ -200,6 +200,16 @@ def _size(n: int) -> str:
     return f"{value:.1f} {unit} ({n} bytes)"
 
 
+#: How the summary of a vacuum names each reason to keep a file.
+_KEPT_BECAUSE = {
+    "tagged": "live at a tagged version",
+    "retained-version": "read by versions still in the log",
+    "change-data-in-log": "change data of commits still in the log",
+    "removed-recently": "removed less than the retention ago",
+    "written-recently": "written less than the retention ago",
+}
+
+
 def _count(n: int, noun: str, plural: str | None = None) -> str:
     """"1 file", "0 files", "2 files"."""
     return f"{n} {noun if n == 1 else (plural or noun + 's')}"
@@ -331,15 +341,27 @@ class ConsoleOutput(Output):
             self.console.print(f"{'Would drop' if dry else 'Dropped'} inactive consumers: {', '.join(d['droppedConsumers'])}.")
 
     def vacuum(self, d: Document) -> None:
+        decisions = d["decisions"]
         if d["dryRun"]:
-            for path in d["files"]:
-                self.console.print(path)
-            self.console.print(f"Would delete {_count(d['numFiles'], 'file')}, {_size(d['sizeInBytes'])}.")
+            table = _table("action", "path", "why")
+            for decision in decisions:
+                table.add_row(decision["action"], decision["path"], decision["detail"])
+            if decisions:
+                self.console.print(table)
+            self.console.print(f"Would delete {_count(d['numFiles'], 'file')}, {_size(d['sizeInBytes'])} (rule: {d['rule']}).")
         else:
             self.console.print(
-                f"Deleted {_count(d['numFiles'], 'file')}, {_size(d['sizeInBytes'])}; "
+                f"Deleted {_count(d['numFiles'], 'file')}, {_size(d['sizeInBytes'])} (rule: {d['rule']}); "
                 f"VACUUM START at version {d['startVersion']}, VACUUM END at version {d['endVersion']}."
             )
+        kept: dict[str, int] = {}
+        for decision in decisions:
+            if decision["action"] == "keep":
+                kept[decision["reason"]] = kept.get(decision["reason"], 0) + 1
+        summary = [f"{n} {_KEPT_BECAUSE.get(reason, reason)}" for reason, n in kept.items()]
+        self.console.print(f"Kept {_count(d['numLiveFiles'], 'file')} live at the latest version" + "".join(f"; {s}" for s in summary) + ".")
+        if kept.get("retained-version"):
+            self.console.print("(The versions rule keeps what time travel to versions still in the log needs; --rule delta would not.)")
 
     def iceberg_export(self, d: Document) -> None:
         if not d["snapshotIds"]:
