@@ -10,10 +10,12 @@ import pyarrow.compute as pc
 
 from txnlog.errors import InvalidPredicateError
 from txnlog.expressions.binding import BoundExpression, BoundOpaque, bind, bound_columns, has_opaque
+from txnlog.expressions.foreign import Filter, as_expression
 from txnlog.expressions.parser import parse
 from txnlog.expressions.rows import RowFilter
 from txnlog.expressions.stats import may_match
 from txnlog.expressions.tree import Expression
+from txnlog.table_configuration import TableConfiguration
 
 
 class FilePredicate:
@@ -53,6 +55,15 @@ class FilePredicate:
         self.bound: BoundExpression = bind(self.expression, schema, physical_names=physical_names, text=text)
         self.columns: frozenset[str] = frozenset(c.name for c in bound_columns(self.bound))
         self._check_evaluable()
+
+    @classmethod
+    def of(cls, predicate: Filter, table_configuration: TableConfiguration) -> FilePredicate:
+        """``predicate`` (SQL text, a tree, a pyarrow expression or DNF tuples; a FilePredicate
+        as it is) bound to the table ``table_configuration`` describes."""
+        if isinstance(predicate, FilePredicate):
+            return predicate
+        config = table_configuration
+        return cls(as_expression(predicate), config.schema, config.partition_columns, config.physical_names)
 
     def __repr__(self) -> str:
         return f"FilePredicate({self.sql!r})"
