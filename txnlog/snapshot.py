@@ -8,8 +8,9 @@ derived from it, nothing above.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -18,13 +19,14 @@ import pyarrow.compute as pc
 from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError, operation_context
 from txnlog.expressions import FilePredicate
+from txnlog.expressions.foreign import Filter
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
 from txnlog.log.commits import read_commits
 from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.log.table_state import TableState
-from txnlog.read import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
+from txnlog.read import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext, TableDataset, scan
 from txnlog.storage.base import LogStore
 from txnlog.storage.location import TableLocation
 from txnlog.storage.paths import FileLocation
@@ -211,11 +213,10 @@ class Snapshot:
         """Absolute URIs of the live data files; UnsafePathError for a path that leaves the table root."""
         return [self.locate(p).uri for p in self.files(predicate, stats=False).column("path").to_pylist()]
 
-    def predicate(self, predicate: str | FilePredicate) -> FilePredicate:
-        if isinstance(predicate, FilePredicate):
-            return predicate
-        config = self.table_configuration
-        return FilePredicate(predicate, config.schema, config.partition_columns, config.physical_names)
+    def predicate(self, predicate: Filter | FilePredicate) -> FilePredicate:
+        """``predicate`` (SQL text, a pyarrow expression, DNF tuples or a tree) bound to this
+        version's schema."""
+        return FilePredicate.of(predicate, self.table_configuration)
 
     def tombstones(self) -> pa.Table:
         """Removed files not live again (the columns of ``TOMBSTONES_SCHEMA``), for vacuum."""
@@ -256,38 +257,81 @@ class Snapshot:
     def to_batches(
         self,
         columns: Sequence[str] | None = None,
-        predicate: str | FilePredicate | None = None,
+        predicate: Filter | FilePredicate | None = None,
         *,
         batch_rows: int = BATCH_ROWS,
         with_row_ids: bool = False,
     ) -> pa.RecordBatchReader:
         """The table's rows at this version, streamed: partition values, column mapping and
-        deletion vectors applied. With a SQL ``predicate``, files that cannot match are skipped
-        (partition values, stats) and the rows read are filtered by it. ``columns`` (logical
-        names) selects and orders the columns; all of them when None. ``with_row_ids`` (a table
-        with row tracking enabled) adds ``row_id`` and ``row_commit_version`` (int64): each
-        row's stable id and the version that last inserted or updated it."""
+        deletion vectors applied. With a ``predicate`` (SQL text, a pyarrow expression or DNF
+        tuples), files that cannot match are skipped (partition values, stats) and the rows read
+        are filtered by it. ``columns`` (logical names; one name as a string) selects and orders
+        the columns; all of them when None. ``with_row_ids`` (a table with row tracking enabled)
+        adds ``row_id`` and ``row_commit_version`` (int64): each row's stable id and the version
+        that last inserted or updated it.
+
+        Memory stays bounded whatever the table's size: files are read as the batches are
+        consumed, a few at a time (see :func:`txnlog.read.scan`)."""
         context = self.read_context()
         pred = self.predicate(predicate) if predicate is not None else None
         files = self.files(pred, stats=False)
-        tracking = {"row_id": ROW_ID, "row_commit_version": ROW_COMMIT_VERSION} if with_row_ids else {}
         schema = context.output_schema(columns)
-        for name in tracking.values():
-            schema = schema.append(pa.field(name, pa.int64(), nullable=False))
-        batches = context.batches(
-            files, columns=columns, store=self.store, batch_rows=batch_rows,
-            row_filter=pred.rows() if pred is not None else None,
-            filter_columns=pred.columns if pred is not None else (),
-            parallel=READ_THREADS,
-            **tracking,
-        )
-        return pa.RecordBatchReader.from_batches(schema, batches)
+        rows = pred.rows() if pred is not None else None
+        if with_row_ids:  # the one reader computes row ids
+            tracking = {"row_id": ROW_ID, "row_commit_version": ROW_COMMIT_VERSION}
+            for name in tracking.values():
+                schema = schema.append(pa.field(name, pa.int64(), nullable=False))
+            batches = context.batches(
+                files, columns=columns, store=self.store, batch_rows=batch_rows, row_filter=rows,
+                filter_columns=pred.columns if pred is not None else (), parallel=READ_THREADS, **tracking,
+            )
+            return pa.RecordBatchReader.from_batches(schema, batches)
+        names = schema.names
+        if rows is None or rows.expression is not None:  # pyarrow filters the rows
+            expression = rows.expression if rows is not None else None
+            scanner = scan(context, files, columns=names, filter=expression, store=self.store, batch_size=batch_rows)
+            return pa.RecordBatchReader.from_batches(schema, scanner.to_batches())
+        assert pred is not None
+        # A condition only txnlog computes (id % 10 = 3): read the columns it needs too, then filter.
+        read = names + sorted(c for c in pred.columns if c not in names)
+        scanner = scan(context, files, columns=read, store=self.store, batch_size=batch_rows)
+
+        def filtered() -> Iterator[pa.RecordBatch]:
+            for batch in scanner.to_batches():
+                batch = batch.filter(rows.mask(pa.Table.from_batches([batch]))).select(names)
+                if batch.num_rows:
+                    yield batch
+
+        return pa.RecordBatchReader.from_batches(schema, filtered())
 
     def to_arrow(
-        self, columns: Sequence[str] | None = None, predicate: str | FilePredicate | None = None, *, with_row_ids: bool = False
+        self, columns: Sequence[str] | None = None, predicate: Filter | FilePredicate | None = None, *, with_row_ids: bool = False
     ) -> pa.Table:
         """The table's rows at this version as one Arrow table (see :meth:`to_batches`)."""
         return self.to_batches(columns, predicate, with_row_ids=with_row_ids).read_all()
+
+    def to_pandas(self, columns: Sequence[str] | None = None, predicate: Filter | FilePredicate | None = None) -> Any:
+        """The rows of :meth:`to_arrow` as a pandas DataFrame (needs pandas)."""
+        if importlib.util.find_spec("pandas") is None:  # optional: pyarrow imports it to convert
+            raise TxnLogError("Snapshot.to_pandas needs pandas: pip install pandas")
+        return self.to_arrow(columns, predicate).to_pandas()
+
+    def to_polars(self, columns: Sequence[str] | None = None, predicate: Filter | FilePredicate | None = None) -> Any:
+        """The rows of :meth:`to_arrow` as a Polars DataFrame (needs polars). For a lazy frame,
+        ``polars.scan_pyarrow_dataset(snapshot.to_pyarrow_dataset())``."""
+        try:
+            import polars  # optional: only this method needs polars
+        except ImportError as e:
+            raise TxnLogError(f"Snapshot.to_polars needs polars: pip install polars ({e})") from None
+        return polars.from_arrow(self.to_arrow(columns, predicate))
+
+    def to_pyarrow_dataset(self) -> TableDataset:
+        """This version's rows as a lazy ``pyarrow.dataset.Dataset`` (a
+        :class:`~txnlog.read.TableDataset`): partition values, column mapping and deletion
+        vectors applied, nothing read until it is scanned. DuckDB, Polars and pyarrow push
+        their projections and filters into it: columns not asked for are not decoded, files
+        are skipped by partition values and stats, Parquet row groups by their statistics."""
+        return TableDataset(self.read_context(), lambda predicate, stats: self.files(predicate, stats=stats), store=self.store)
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.location, state)
