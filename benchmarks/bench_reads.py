@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -128,9 +127,14 @@ def bench_duckdb(rows: int, files: int, rounds: int) -> list[str]:
 # --- 2. peak memory streaming --------------------------------------------------------------------
 
 
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() // 1024
+def _status_kib(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (VmRSS now, VmHWM its peak: unlike
+    ru_maxrss, which a child inherits from its parent, VmHWM starts afresh with each exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
 
 
 def child(contender: str, uri: str) -> None:
@@ -143,14 +147,14 @@ def child(contender: str, uri: str) -> None:
         batches = Table(uri).snapshot().to_batches()
     else:
         batches = Table(uri).snapshot().to_pyarrow_dataset().to_batches()
-    before = _rss_kib()
+    before = _status_kib("VmRSS")
     started = time.perf_counter()
     rows, total = 0, 0.0
     for batch in batches:
         rows += batch.num_rows
         total += float(pa.compute.sum(batch.column("amount")).as_py() or 0)  # touch the data
     seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _status_kib("VmHWM")
     print(json.dumps({"rows": rows, "sum": total, "seconds": seconds, "before_kib": before, "peak_kib": peak}))
 
 

@@ -106,6 +106,7 @@ class Snapshot:
         #: The protocol and metadata at this version, and what derives from them.
         self.table_configuration = TableConfiguration.from_actions(state.protocol, state.metadata)
         self.table_configuration.check_readable(f"table {location.uri} at version {state.version}")
+        self._dataset: TableDataset | None = None
 
     def __repr__(self) -> str:
         return f"Snapshot({self.uri!r}, version={self.version}, files={self.num_files})"
@@ -331,7 +332,9 @@ class Snapshot:
         vectors applied, nothing read until it is scanned. DuckDB, Polars and pyarrow push
         their projections and filters into it: columns not asked for are not decoded, files
         are skipped by partition values and stats, Parquet row groups by their statistics."""
-        return TableDataset(self.read_context(), lambda predicate, stats: self.files(predicate, stats=stats), store=self.store)
+        if self._dataset is None:  # one per snapshot: it keeps the parsed stats its scans skip files with
+            self._dataset = TableDataset(self.read_context(), lambda predicate, stats: self.files(predicate, stats=stats), store=self.store)
+        return self._dataset
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.location, state)

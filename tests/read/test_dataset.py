@@ -24,6 +24,7 @@ import txnlog
 from tests.duckdb_delta import duckdb_delta
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidPredicateError, StorageError
 from txnlog.read import TableDataset
+from txnlog.read import dataset as dataset_module
 
 pytest.importorskip("pyroaring")
 
@@ -83,14 +84,13 @@ def test_the_dataset_holds_the_rows_the_table_holds(table: txnlog.Table) -> None
 def test_duckdb_and_polars_push_projections_and_filters_into_it(table: txnlog.Table, monkeypatch: pytest.MonkeyPatch) -> None:
     snapshot = table.snapshot()
     listed: list[int] = []
-    files = snapshot.files
+    scan = dataset_module.scan
 
-    def counting(predicate: Any = None, *, stats: bool = True) -> pa.Table:
-        out = files(predicate, stats=stats)
-        listed.append(out.num_rows)
-        return out
+    def counting(context: Any, files: pa.Table, **options: Any) -> ds.Scanner:
+        listed.append(files.num_rows)
+        return scan(context, files, **options)
 
-    monkeypatch.setattr(snapshot, "files", counting)
+    monkeypatch.setattr(dataset_module, "scan", counting)
     scans: list[dict[str, Any]] = []
     scanner = TableDataset.scanner
 

@@ -3,7 +3,7 @@ the two questions the core asks of it: may a file hold a matching row, which row
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -98,16 +98,17 @@ class FilePredicate:
             )
         return expression
 
-    def may_match(self, files: pa.Table) -> pa.BooleanArray:
-        """Per file: False only where the file provably has no row on which the predicate is TRUE."""
+    def may_match(self, files: pa.Table, *, parsed_stats: MutableMapping[str, pa.StructArray] | None = None) -> pa.BooleanArray:
+        """Per file: False only where the file provably has no row on which the predicate is TRUE.
+        ``parsed_stats``: a cache of stats parsed from this very file list, kept by the caller."""
         return may_match(
             self.bound, files, schema=self.schema, partition_columns=self.partition_columns,
-            column_mapping=self._column_mapping, text=self.sql,
+            column_mapping=self._column_mapping, text=self.sql, parsed_stats=parsed_stats,
         )
 
-    def filter(self, files: pa.Table) -> pa.Table:
+    def filter(self, files: pa.Table, *, parsed_stats: MutableMapping[str, pa.StructArray] | None = None) -> pa.Table:
         """The files that may hold matching rows."""
-        return files.filter(self.may_match(files))
+        return files.filter(self.may_match(files, parsed_stats=parsed_stats))
 
     def _check_evaluable(self) -> None:
         """Evaluate the row filter on one null row, so type errors (and opaque conditions that are

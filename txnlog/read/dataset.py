@@ -166,6 +166,7 @@ class TableDataset(ds.UnionDataset):  # type: ignore[misc]  # pyarrow has no typ
         *,
         store: LogStore | None = None,
         filter: pc.Expression | None = None,  # noqa: A002 - pyarrow's name for it
+        _cache: _FileCache | None = None,
     ) -> None:
         schema = context.output_schema()
         super().__init__(schema, [_refusing_dataset(schema, context.table_uri)])
@@ -173,6 +174,7 @@ class TableDataset(ds.UnionDataset):  # type: ignore[misc]  # pyarrow has no typ
         self._files = files
         self._store = store
         self._filter = filter
+        self._cache = _cache if _cache is not None else _FileCache(files)  # shared with filter()'s datasets
 
     def __repr__(self) -> str:
         where = f" where {self._filter}" if self._filter is not None else ""
@@ -199,15 +201,21 @@ class TableDataset(ds.UnionDataset):  # type: ignore[misc]  # pyarrow has no typ
         if filter is not None and not isinstance(filter, pc.Expression):
             raise InvalidArgumentTypeError(f"filter must be a pyarrow.compute.Expression, got {type(filter).__name__}")
         combined = self._combined(filter)
-        files = self._files(self._skipping(combined), False)
-        batch_size = options.pop("batch_size", SCAN_BATCH_ROWS)
-        return scan(self._context, files, columns=columns, filter=combined, store=self._store, batch_size=batch_size, **options)
+        return scan(self._context, self._files_for(combined), columns=columns, filter=combined, store=self._store, **options)
+
+    def _files_for(self, filter: pc.Expression | None) -> pa.Table:  # noqa: A002
+        """The files that may hold rows ``filter`` is true on. The file list and its stats are read
+        once per dataset (a scan of DuckDB or Polars comes with a filter each time)."""
+        skipping = self._skipping(filter)
+        if skipping is None:
+            return self._files(None, False)
+        return skipping.filter(self._cache.listed(), parsed_stats=self._cache.parsed_stats)
 
     def count_rows(self, filter: pc.Expression | None = None, **options: Any) -> int:  # noqa: A002
         """The number of rows; without a filter, from the files' ``numRecords`` stats less their
         deletion vectors' cardinality, reading no data when every file has the stat."""
         if self._combined(filter) is None:
-            files = self._files(None, True)
+            files = self._cache.listed()
             counts = parse_stats(files, pa.struct([("numRecords", pa.int64())])).field("numRecords")
             if counts.null_count == 0:
                 deleted = files.column("deletion_vector").combine_chunks().field("cardinality")
@@ -218,7 +226,7 @@ class TableDataset(ds.UnionDataset):  # type: ignore[misc]  # pyarrow has no typ
         """This dataset with only the rows ``expression`` is true on, in every scan."""
         if not isinstance(expression, pc.Expression):
             raise InvalidArgumentTypeError(f"filter takes a pyarrow.compute.Expression, got {type(expression).__name__}")
-        return TableDataset(self._context, self._files, store=self._store, filter=self._combined(expression))
+        return TableDataset(self._context, self._files, store=self._store, filter=self._combined(expression), _cache=self._cache)
 
     def get_fragments(self, filter: pc.Expression | None = None) -> Iterator[ds.Fragment]:  # noqa: A002
         raise InvalidArgumentTypeError(
@@ -244,6 +252,21 @@ class TableDataset(ds.UnionDataset):  # type: ignore[misc]  # pyarrow has no typ
         """As pyarrow's, on the rows read into memory (both sides, when both are TableDatasets)."""
         right = ds.dataset(right_dataset.to_table()) if isinstance(right_dataset, TableDataset) else right_dataset
         return ds.dataset(self.to_table()).join_asof(right, *args, **kwargs)
+
+
+class _FileCache:
+    """Every live file with its stats, read once a filter or a count needs them, and those stats
+    parsed, by their type: DuckDB and Polars scan with a filter each time."""
+
+    def __init__(self, files: FileLister) -> None:
+        self._files = files
+        self._listed: pa.Table | None = None
+        self.parsed_stats: dict[str, pa.StructArray] = {}
+
+    def listed(self) -> pa.Table:
+        if self._listed is None:
+            self._listed = self._files(None, True)
+        return self._listed
 
 
 class _RefusingHandler(pafs.FileSystemHandler):  # type: ignore[misc]
