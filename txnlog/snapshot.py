@@ -26,7 +26,7 @@ from txnlog.log.commits import read_commits
 from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.log.table_state import TableState
-from txnlog.read import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext, TableDataset, scan
+from txnlog.read import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext, TableDataset, scan_batches
 from txnlog.storage.base import LogStore
 from txnlog.storage.location import TableLocation
 from txnlog.storage.paths import FileLocation
@@ -287,18 +287,20 @@ class Snapshot:
                 filter_columns=pred.columns if pred is not None else (), parallel=READ_THREADS, **tracking,
             )
             return pa.RecordBatchReader.from_batches(schema, batches)
+        # Read on the consuming thread (scan_batches): no Python runs on pyarrow's threads, so a
+        # reader dropped half way leaves nothing running when the interpreter exits.
         names = schema.names
         if rows is None or rows.expression is not None:  # pyarrow filters the rows
             expression = rows.expression if rows is not None else None
-            scanner = scan(context, files, columns=names, filter=expression, store=self.store, batch_size=batch_rows)
-            return pa.RecordBatchReader.from_batches(schema, scanner.to_batches())
+            _, batches = scan_batches(context, files, columns=names, filter=expression, store=self.store, batch_size=batch_rows)
+            return pa.RecordBatchReader.from_batches(schema, batches)
         assert pred is not None
         # A condition only txnlog computes (id % 10 = 3): read the columns it needs too, then filter.
         read = names + sorted(c for c in pred.columns if c not in names)
-        scanner = scan(context, files, columns=read, store=self.store, batch_size=batch_rows)
+        _, unfiltered = scan_batches(context, files, columns=read, store=self.store, batch_size=batch_rows)
 
         def filtered() -> Iterator[pa.RecordBatch]:
-            for batch in scanner.to_batches():
+            for batch in unfiltered:
                 batch = batch.filter(rows.mask(pa.Table.from_batches([batch]))).select(names)
                 if batch.num_rows:
                     yield batch

@@ -40,10 +40,10 @@ def _rows(start: int, n: int) -> pa.Table:
     )
 
 
-def _table(path: Path, properties: dict[str, str] | None = None, files: int = 6) -> txnlog.Table:
+def _table(path: Path, properties: dict[str, str] | None = None, files: int = 6, rows: int = 20) -> txnlog.Table:
     table = txnlog.Table.create(str(path), SCHEMA, partition_by=["region"], properties=properties or {})
     for f in range(files):
-        table.append(_rows(f * 20, 20))
+        table.append(_rows(f * rows, rows))
     return table
 
 
@@ -186,9 +186,13 @@ def test_cxx_consumers_are_refused_with_a_txnlog_error(table: txnlog.Table) -> N
     ):
         with pytest.raises(InvalidArgumentTypeError, match="scanner"):
             consume()
+    scanner = dataset.scanner(columns=["id"], filter=pc.field("id") < 10)
+    assert isinstance(scanner, ds.Scanner) == (not table.snapshot().table_configuration.is_column_mapped and table.snapshot().files().column("deletion_vector").null_count == table.snapshot().num_files)
+    assert scanner.projected_schema.names == ["id"] and scanner.count_rows() == scanner.to_table().num_rows == scanner.to_reader().read_all().num_rows
+    assert scanner.head(2).num_rows == 2 and sum(b.num_rows for b in scanner.to_batches()) == scanner.count_rows()
     with pytest.raises(InvalidArgumentTypeError, match="no fragments"):
         dataset.get_fragments()
-    ds.write_dataset(dataset.scanner(), table.uri.removeprefix("file://") + "-copy", format="parquet")  # the way round
+    ds.write_dataset(dataset.scanner().to_reader(), table.uri.removeprefix("file://") + "-copy", format="parquet")  # the way round
     assert ds.dataset(table.uri.removeprefix("file://") + "-copy").count_rows() == 96
 
 
@@ -200,3 +204,44 @@ def test_to_pandas_and_to_polars_without_arguments(tmp_path: Path) -> None:
     polars_frame = snapshot.to_polars()
     assert polars_frame.columns == ["id", "region", "amount", "day"] and polars_frame.height == 40
     assert sorted(deltalake.DeltaTable(table.uri).to_pandas()["id"]) == sorted(frame["id"])
+
+
+EXIT_SCRIPT = """
+import sys
+import time
+import duckdb
+import txnlog
+from txnlog.storage import LocalLogStore, normalize_uri
+
+
+class SlowStore(LocalLogStore):  # data files open slowly: scans are still reading at exit
+    def open_input(self, path):
+        if path.endswith(".parquet"):
+            time.sleep(0.2)
+        return super().open_input(path)
+
+
+uri = normalize_uri(sys.argv[1])
+snapshot = txnlog.Table(uri, store=SlowStore(uri, uri.removeprefix("file://"))).snapshot()
+dataset = snapshot.to_pyarrow_dataset()
+first = duckdb.sql("select * from dataset limit 5").fetchall()   # DuckDB keeps the stream open
+pending = dataset.scanner().to_batches()                        # a scan left half read
+next(iter(pending))
+head = dataset.head(3)
+reader = snapshot.to_batches(batch_rows=10)
+next(iter(reader))
+print(len(first), head.num_rows, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["plain", "deletion-vectors", "column-mapping"])
+def test_scans_left_unfinished_do_not_hang_or_abort_the_interpreter_at_exit(tmp_path: Path, kind: str) -> None:
+    # pyarrow pulls a Python-fed scanner on its own threads; one still pulling when the
+    # interpreter finalizes hangs or aborts the process (deltalake's datasets do).
+    table = _table(tmp_path / "t", KINDS[kind], files=20)
+    table.delete("id % 5 = 0")
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT, table.uri], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["5", "3"], proc.stderr[-2000:]

@@ -2,7 +2,7 @@
 scans and the lazy dataset engines push work into; and the change data feed's rows."""
 
 from txnlog.read.changes import CHANGE_TYPE, CHANGE_TYPES, COMMIT_TIMESTAMP, COMMIT_VERSION, change_batches, change_schema
-from txnlog.read.dataset import SCAN_BATCH_ROWS, FileLister, TableDataset, scan
+from txnlog.read.dataset import SCAN_BATCH_ROWS, FileLister, TableDataset, TableScanner, scan, scan_batches
 from txnlog.read.files import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
 
 __all__ = [
@@ -18,7 +18,9 @@ __all__ = [
     "ROW_ID",
     "ReadContext",
     "TableDataset",
+    "TableScanner",
     "change_batches",
     "change_schema",
     "scan",
+    "scan_batches",
 ]

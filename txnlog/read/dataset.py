@@ -16,13 +16,18 @@ pyarrow has no dataset a Python object can implement, so :class:`TableDataset` i
 ``take``, ``count_rows``, ``filter``: what DuckDB, Polars and pyarrow's own calls go through) run
 the scan above. Its C++ object, which C++ consumers take instead (``pyarrow.dataset.dataset([...])``,
 Acero's scan node, ``Scanner.from_dataset``, ``write_dataset``), refuses to be read, saying so.
+
+No Python runs on pyarrow's threads: pyarrow pulls a scanner's source there, and a Python source
+still being pulled when the interpreter exits hangs or aborts the process. Plain files get
+pyarrow's own scanner; files the reader decodes are read on the consuming thread
+(:class:`TableScanner`, :func:`scan_batches`).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +39,8 @@ from txnlog.expressions import FilePredicate, approximate_arrow, arrow_columns
 from txnlog.file_facts import parse_partition_values, parse_stats
 from txnlog.read.files import READ_THREADS, ReadContext
 from txnlog.storage import LogStore, locate
+
+T = TypeVar("T")
 
 #: pyarrow's default rows per scanned batch.
 SCAN_BATCH_ROWS = 131_072
@@ -56,38 +63,123 @@ def scan(
     store: LogStore | None = None,
     batch_size: int = SCAN_BATCH_ROWS,
     **options: Any,
-) -> ds.Scanner:
+) -> ds.Scanner | TableScanner:
     """A scanner of the live rows of ``files`` (rows of ``Snapshot.files()``), in their order:
     ``columns`` (names, or names to expressions, as pyarrow's scanner takes them; every column
     when None) of the rows ``filter`` is true on. ``options`` are pyarrow's scanner options
-    (``batch_readahead``, ``use_threads``...). Files are read when the scanner is consumed; an
-    unreadable one is a StorageError."""
+    (``batch_readahead``, ``use_threads``...). Files are read as the scanner is consumed.
+
+    When every file is plain Parquet this is pyarrow's own Scanner, which runs no Python (its
+    errors are pyarrow's). Otherwise it is a :class:`TableScanner`, which reads on the consuming
+    thread: pyarrow would pull Python batches on its own threads, and a scan left unfinished at
+    interpreter exit (DuckDB keeps a LIMIT query's stream open) would then hang or abort it."""
+    if all(plain for plain, _ in _runs(context, files)):
+        schema = context.output_schema()
+        dataset = _file_dataset(context, files, store if store is not None else context.open_store(), schema)
+        try:
+            return dataset.scanner(columns=columns, filter=filter, batch_size=batch_size, **options)
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise _scan_error(context, columns, filter, e) from None
+    projected, _ = scan_batches(context, files, columns=columns, filter=filter, store=store, batch_size=batch_size, **options)
+    return TableScanner(
+        context.output_schema(), projected,
+        lambda: scan_batches(context, files, columns=columns, filter=filter, store=store, batch_size=batch_size, **options)[1],
+    )
+
+
+class TableScanner:
+    """What :func:`scan` gives for files txnlog's reader must decode (deletion vectors, column
+    mapping): pyarrow's ``Scanner`` reading methods, each a new scan on the calling thread.
+    DuckDB reads it through :meth:`to_reader`. Not a ``pyarrow.dataset.Scanner``: to write it
+    with ``pyarrow.dataset.write_dataset``, pass ``scanner.to_reader()``."""
+
+    def __init__(self, dataset_schema: pa.Schema, projected_schema: pa.Schema, batches: Callable[[], Iterator[pa.RecordBatch]]) -> None:
+        self.dataset_schema = dataset_schema
+        self.projected_schema = projected_schema
+        self._batches = batches
+
+    def to_batches(self) -> Iterator[pa.RecordBatch]:
+        return self._batches()
+
+    def to_reader(self) -> pa.RecordBatchReader:
+        return pa.RecordBatchReader.from_batches(self.projected_schema, self._batches())
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self._batches()), schema=self.projected_schema)
+
+    def head(self, num_rows: int) -> pa.Table:
+        taken, rows = [], 0
+        for batch in self._batches():
+            if rows >= num_rows:
+                break
+            taken.append(batch.slice(0, num_rows - rows))
+            rows += taken[-1].num_rows
+        return pa.Table.from_batches(taken, schema=self.projected_schema)
+
+    def take(self, indices: Any) -> pa.Table:
+        return self.to_table().take(indices)
+
+    def count_rows(self) -> int:
+        return sum(batch.num_rows for batch in self._batches())
+
+
+def scan_batches(
+    context: ReadContext,
+    files: pa.Table,
+    *,
+    columns: Sequence[str] | Mapping[str, pc.Expression] | None = None,
+    filter: pc.Expression | None = None,  # noqa: A002 - pyarrow's name for it
+    store: LogStore | None = None,
+    batch_size: int = SCAN_BATCH_ROWS,
+    parallel: int = READ_THREADS,
+    **options: Any,
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """What :func:`scan` reads, as (schema, batches) computed on the consuming thread: plain
+    files through pyarrow's scanner, the others through ReadContext (``parallel`` files decoded
+    at once), filtered and projected by Acero on that thread. An unreadable file is a StorageError."""
     schema = context.output_schema()
     try:
         projected = ds.Scanner.from_batches(iter(()), schema=schema, columns=columns, filter=filter).projected_schema
     except (pa.ArrowException, TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"cannot scan table {context.table_uri} for columns {columns!r} where {filter}: {e}") from None
+        raise _scan_error(context, columns, filter, e) from None
     store = store if store is not None else context.open_store()
     runs = _runs(context, files)
 
     def batches() -> Iterator[pa.RecordBatch]:
         for plain, part in runs:
-            if plain:
-                dataset = _file_dataset(context, part, store, schema)
-                scanner = dataset.scanner(columns=columns, filter=filter, batch_size=batch_size, **options)
-            else:
-                needed = _read_columns(schema, columns, filter)
-                rows = context.batches(part, columns=needed, store=store, batch_rows=batch_size, parallel=READ_THREADS)
-                scanner = ds.Scanner.from_batches(rows, schema=context.output_schema(needed), columns=columns, filter=filter, batch_size=batch_size)
             try:
-                yield from scanner.to_batches()
+                if plain:
+                    yield from _file_dataset(context, part, store, schema).scanner(
+                        columns=columns, filter=filter, batch_size=batch_size, **options
+                    ).to_batches()
+                    continue
+                needed = _read_columns(schema, columns, filter)
+                for batch in context.batches(part, columns=needed, store=store, batch_rows=batch_size, parallel=parallel):
+                    yield from _filtered(batch, columns, filter).to_batches()
             except TxnLogError:
                 raise
             except (OSError, pa.ArrowException) as e:
                 raise _read_error(context, part, store, e) from e
 
-    # Few batches wait: the inner scanners read ahead already, and memory is the point of streaming.
-    return ds.Scanner.from_batches(batches(), schema=projected, batch_size=batch_size, batch_readahead=1)
+    return projected, batches()
+
+
+def _filtered(batch: pa.RecordBatch, columns: Sequence[str] | Mapping[str, pc.Expression] | None, filter: pc.Expression | None) -> pa.Table:  # noqa: A002
+    """``batch`` filtered and projected as a pyarrow scanner would, on this thread."""
+    import pyarrow.acero as acero  # deferred: Acero's engine (7 MiB resident), for these files only
+
+    steps = [acero.Declaration("table_source", acero.TableSourceNodeOptions(pa.Table.from_batches([batch])))]
+    if filter is not None:
+        steps.append(acero.Declaration("filter", acero.FilterNodeOptions(filter)))
+    if columns is not None:
+        names = list(columns)
+        expressions = list(columns.values()) if isinstance(columns, Mapping) else [pc.field(n) for n in names]
+        steps.append(acero.Declaration("project", acero.ProjectNodeOptions(expressions, names)))
+    return acero.Declaration.from_sequence(steps).to_table(use_threads=False)
+
+
+def _scan_error(context: ReadContext, columns: Any, filter: pc.Expression | None, error: Exception) -> InvalidArgumentError:  # noqa: A002
+    return InvalidArgumentError(f"cannot scan table {context.table_uri} for columns {columns!r} where {filter}: {error}")
 
 
 def _runs(context: ReadContext, files: pa.Table) -> list[tuple[bool, pa.Table]]:
@@ -195,9 +287,11 @@ class TableDataset(ds.UnionDataset):  # type: ignore[misc]  # pyarrow has no typ
             return None
         return FilePredicate.of(approximate_arrow(filter), self._context.table_configuration)
 
-    def scanner(self, columns: Any = None, filter: pc.Expression | None = None, **options: Any) -> ds.Scanner:  # noqa: A002
+    def scanner(self, columns: Any = None, filter: pc.Expression | None = None, **options: Any) -> ds.Scanner | TableScanner:  # noqa: A002
         """pyarrow's ``Dataset.scanner``: ``columns`` (names, or names to expressions) of the rows
-        ``filter`` is true on; files are skipped first by their partition values and stats."""
+        ``filter`` is true on; files are skipped first by their partition values and stats. A
+        pyarrow Scanner, or a :class:`TableScanner` with its reading methods when files need
+        txnlog's reader (see :func:`scan`)."""
         if filter is not None and not isinstance(filter, pc.Expression):
             raise InvalidArgumentTypeError(f"filter must be a pyarrow.compute.Expression, got {type(filter).__name__}")
         combined = self._combined(filter)
@@ -211,6 +305,37 @@ class TableDataset(ds.UnionDataset):  # type: ignore[misc]  # pyarrow has no typ
             return self._files(None, False)
         return skipping.filter(self._cache.listed(), parsed_stats=self._cache.parsed_stats)
 
+    # pyarrow's own scanner raises pyarrow's errors: these calls say which file of which table.
+
+    # pyarrow's versions of these build a Scanner of their own, whose threads would run Python
+    # (see scan()): these go through scanner(), and say which file of which table failed.
+
+    def to_table(self, columns: Any = None, filter: pc.Expression | None = None, **options: Any) -> pa.Table:  # noqa: A002
+        return self._reading(lambda: self.scanner(columns=columns, filter=filter, **options).to_table())
+
+    def to_batches(self, columns: Any = None, filter: pc.Expression | None = None, **options: Any) -> Iterator[pa.RecordBatch]:  # noqa: A002
+        batches = iter(self.scanner(columns=columns, filter=filter, **options).to_batches())
+        while True:
+            batch = self._reading(lambda: next(batches, None))
+            if batch is None:
+                return
+            yield batch
+
+    def head(self, num_rows: int, columns: Any = None, filter: pc.Expression | None = None, **options: Any) -> pa.Table:  # noqa: A002
+        return self._reading(lambda: self.scanner(columns=columns, filter=filter, **options).head(num_rows))
+
+    def take(self, indices: Any, columns: Any = None, filter: pc.Expression | None = None, **options: Any) -> pa.Table:  # noqa: A002
+        return self._reading(lambda: self.scanner(columns=columns, filter=filter, **options).take(indices))
+
+    def _reading(self, read: Callable[[], T]) -> T:
+        try:
+            return read()
+        except TxnLogError:
+            raise
+        except (OSError, pa.ArrowException) as e:
+            store = self._store if self._store is not None else self._context.open_store()
+            raise _read_error(self._context, self._files(None, False), store, e) from e
+
     def count_rows(self, filter: pc.Expression | None = None, **options: Any) -> int:  # noqa: A002
         """The number of rows; without a filter, from the files' ``numRecords`` stats less their
         deletion vectors' cardinality, reading no data when every file has the stat."""
@@ -220,7 +345,7 @@ class TableDataset(ds.UnionDataset):  # type: ignore[misc]  # pyarrow has no typ
             if counts.null_count == 0:
                 deleted = files.column("deletion_vector").combine_chunks().field("cardinality")
                 return int(pc.sum(counts).as_py() or 0) - int(pc.sum(deleted).as_py() or 0)
-        return int(self.scanner(filter=filter, **options).count_rows())
+        return self._reading(lambda: int(self.scanner(filter=filter, **options).count_rows()))
 
     def filter(self, expression: pc.Expression) -> TableDataset:
         """This dataset with only the rows ``expression`` is true on, in every scan."""
@@ -303,7 +428,7 @@ def _refusing_dataset(schema: pa.Schema, table_uri: str) -> ds.FileSystemDataset
         f"txnlog's dataset of table {table_uri} is read through its Python methods (scanner(), to_table(), "
         "to_batches(): what DuckDB and Polars call), which apply deletion vectors and column mapping; it cannot be "
         "used as a C++ dataset (pyarrow.dataset.dataset([...]), Acero's scan node, Scanner.from_dataset, "
-        "write_dataset): pass dataset.scanner() instead"
+        "write_dataset): pass dataset.scanner().to_reader() instead"
     )
     filesystem = pafs.PyFileSystem(_RefusingHandler(message))
     return ds.FileSystemDataset([_PARQUET.make_fragment("table", filesystem=filesystem)], schema, _PARQUET, filesystem)
