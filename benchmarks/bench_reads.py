@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,21 +42,10 @@ from benchmarks._common import (  # noqa: E402
     setup_logging,
     verdict,
 )
+from benchmarks.bench_row_level import events  # noqa: E402  (the same four columns)
 from txnlog import Table  # noqa: E402
 
 BASE = WORK_DIR / "reads"
-
-
-def rows_of(start: int, stop: int) -> pa.Table:
-    key = np.arange(start, stop, dtype=np.int64)
-    return pa.table(
-        {
-            "key": key,
-            "user_id": key % 1000,
-            "amount": (key * 7 % 10_000) / 100.0,
-            "note": pa.array([f"note-{k % 97}" for k in key.tolist()], pa.string()),
-        }
-    )
 
 
 def build(path: Path, rows: int, files: int, properties: dict[str, str] | None = None) -> Table:
@@ -68,10 +56,10 @@ def build(path: Path, rows: int, files: int, properties: dict[str, str] | None =
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
-    table = Table.create(str(path), rows_of(0, 1).schema, properties=properties)
+    table = Table.create(str(path), events(0, 1).schema, properties=properties)
     step = rows // files
     for start in range(0, rows, step):
-        table.append(rows_of(start, min(rows, start + step)))
+        table.append(events(start, min(rows, start + step)))
     if properties:  # 10% of the rows deleted by deletion vectors, in every file
         table.delete("key % 10 = 3")
     mark_built(path, params)

@@ -161,10 +161,10 @@ class Snapshot:
     def num_files(self) -> int:
         return self._state.num_files
 
-    def files(self, predicate: str | FilePredicate | None = None, *, stats: bool = True) -> pa.Table:
+    def files(self, predicate: Filter | FilePredicate | None = None, *, stats: bool = True) -> pa.Table:
         """One row per live file (the columns of ``txnlog.log.file_actions.FILES_SCHEMA``).
 
-        With a SQL ``predicate``, only files that may hold matching rows, judged by partition
+        With a ``predicate`` (SQL text, a pyarrow expression or DNF tuples), only files that may hold matching rows, judged by partition
         values and min/max stats. Paths are as the log holds them: :meth:`file_uris` resolves
         them, refusing any that leave the table root.
 
@@ -174,7 +174,7 @@ class Snapshot:
         """
         return self._rebuilt_if_checkpoint_gone(lambda: self._files(predicate, stats), "list its files")
 
-    def _files(self, predicate: str | FilePredicate | None, stats: bool) -> pa.Table:
+    def _files(self, predicate: Filter | FilePredicate | None, stats: bool) -> pa.Table:
         state = self._state
         if predicate is None:
             return state.files if stats else state.files_without_stats()
@@ -210,7 +210,7 @@ class Snapshot:
         UnsafePathError naming the version and path if it leaves the table root."""
         return self.location.locate(path, version=self.version)
 
-    def file_uris(self, predicate: str | FilePredicate | None = None) -> list[str]:
+    def file_uris(self, predicate: Filter | FilePredicate | None = None) -> list[str]:
         """Absolute URIs of the live data files; UnsafePathError for a path that leaves the table root."""
         return [self.locate(p).uri for p in self.files(predicate, stats=False).column("path").to_pylist()]
 
