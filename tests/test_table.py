@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import json
 from collections.abc import Callable
@@ -121,6 +122,17 @@ def test_version_errors(mem: Any) -> None:
     assert info.value.version == 4
     with pytest.raises(VersionNotFoundError):
         table.snapshot(version=-1)
+
+
+def test_time_travel_errors_give_times_as_iso_8601_with_the_epoch_value(mem: Any) -> None:
+    table = txnlog.Table(mem.uri)
+    first = table.history()[-1].timestamp
+    with pytest.raises(VersionNotFoundError) as info:
+        table.snapshot(timestamp="2001-02-03T04:05:06.789Z")
+    message = str(info.value)
+    assert "timestamp 2001-02-03T04:05:06.789Z (epoch ms 981173106789) is before the earliest commit" in message
+    committed = datetime.datetime.fromtimestamp(first / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
+    assert f"at {committed.replace('+00:00', 'Z')} (epoch ms {first})" in message
 
 
 def test_local_path_and_file_uri_are_the_same_table(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ callers can act on them without parsing the message.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,6 +51,16 @@ def operation_context(operation: str, uri: str, *, version: int | None = None) -
                 at = f" at version {version}" if version is not None else ""
                 e.args = (f"{operation} of {uri}{at}: {e.args[0]}", *e.args[1:])
         raise
+
+
+def timestamp_text(ms: int) -> str:
+    """A time in an error message: ISO 8601 in UTC, with the epoch milliseconds it was given as
+    beside it, e.g. ``2024-05-01T12:00:00.000Z (epoch ms 1714564800000)``."""
+    try:
+        moment = _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):  # beyond what a datetime holds
+        return f"epoch ms {ms}"
+    return f"{moment.isoformat(timespec='milliseconds').replace('+00:00', 'Z')} (epoch ms {ms})"
 
 
 # --- the caller's arguments ----------------------------------------------------------------

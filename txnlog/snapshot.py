@@ -8,8 +8,9 @@ derived from it, nothing above.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -18,13 +19,14 @@ import pyarrow.compute as pc
 from txnlog import properties as props
 from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError, operation_context
 from txnlog.expressions import FilePredicate
+from txnlog.expressions.foreign import Filter
 from txnlog.log.actions import DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
 from txnlog.log.commits import read_commits
 from txnlog.log.replay import advance, replay
 from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.log.table_state import TableState
-from txnlog.read import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
+from txnlog.read import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext, TableDataset, scan_batches
 from txnlog.storage.base import LogStore
 from txnlog.storage.location import TableLocation
 from txnlog.storage.paths import FileLocation
@@ -61,8 +63,9 @@ def load_state(store: LogStore, version: int | None = None) -> TableState:
             retry_checkpoint = isinstance(e, CorruptCheckpointError) and segment is not None and segment.checkpoint
             if not retry_checkpoint:
                 if vanished and relists < _RELISTS:
-                    # The log moved on under this read: list it again from scratch.
-                    log.warning("%s: a log file vanished while reading it (%s); listing the log again", store.root_uri, e)
+                    # The log moved on under this read (a log expiry): list it again from scratch.
+                    # Nothing is wrong, so it is no warning.
+                    log.info("%s: a log file vanished while reading it (%s); listing the log again", store.root_uri, e)
                     relists += 1
                     skipped.clear()
                     first_error, vanished = None, False
@@ -103,6 +106,7 @@ class Snapshot:
         #: The protocol and metadata at this version, and what derives from them.
         self.table_configuration = TableConfiguration.from_actions(state.protocol, state.metadata)
         self.table_configuration.check_readable(f"table {location.uri} at version {state.version}")
+        self._dataset: TableDataset | None = None
 
     def __repr__(self) -> str:
         return f"Snapshot({self.uri!r}, version={self.version}, files={self.num_files})"
@@ -157,10 +161,10 @@ class Snapshot:
     def num_files(self) -> int:
         return self._state.num_files
 
-    def files(self, predicate: str | FilePredicate | None = None, *, stats: bool = True) -> pa.Table:
+    def files(self, predicate: Filter | FilePredicate | None = None, *, stats: bool = True) -> pa.Table:
         """One row per live file (the columns of ``txnlog.log.file_actions.FILES_SCHEMA``).
 
-        With a SQL ``predicate``, only files that may hold matching rows, judged by partition
+        With a ``predicate`` (SQL text, a pyarrow expression or DNF tuples), only files that may hold matching rows, judged by partition
         values and min/max stats. Paths are as the log holds them: :meth:`file_uris` resolves
         them, refusing any that leave the table root.
 
@@ -170,7 +174,7 @@ class Snapshot:
         """
         return self._rebuilt_if_checkpoint_gone(lambda: self._files(predicate, stats), "list its files")
 
-    def _files(self, predicate: str | FilePredicate | None, stats: bool) -> pa.Table:
+    def _files(self, predicate: Filter | FilePredicate | None, stats: bool) -> pa.Table:
         state = self._state
         if predicate is None:
             return state.files if stats else state.files_without_stats()
@@ -196,7 +200,9 @@ class Snapshot:
                 if rebuilds and not (e.vanished and rebuilds < _RELISTS):
                     raise
                 rebuilds += 1
-                log.warning("%s: rebuilding version %d to %s (%s)", self.uri, self.version, what, e)
+                # A checkpoint that log expiry deleted (here or in another process) is expected
+                # and costs only the rebuild; an unreadable one is worth a warning.
+                log.log(logging.INFO if e.vanished else logging.WARNING, "%s: rebuilding version %d to %s (%s)", self.uri, self.version, what, e)
                 self._state = load_state(self.store, self.version)
 
     def locate(self, path: str) -> FileLocation:
@@ -204,15 +210,14 @@ class Snapshot:
         UnsafePathError naming the version and path if it leaves the table root."""
         return self.location.locate(path, version=self.version)
 
-    def file_uris(self, predicate: str | FilePredicate | None = None) -> list[str]:
+    def file_uris(self, predicate: Filter | FilePredicate | None = None) -> list[str]:
         """Absolute URIs of the live data files; UnsafePathError for a path that leaves the table root."""
         return [self.locate(p).uri for p in self.files(predicate, stats=False).column("path").to_pylist()]
 
-    def predicate(self, predicate: str | FilePredicate) -> FilePredicate:
-        if isinstance(predicate, FilePredicate):
-            return predicate
-        config = self.table_configuration
-        return FilePredicate(predicate, config.schema, config.partition_columns, config.physical_names)
+    def predicate(self, predicate: Filter | FilePredicate) -> FilePredicate:
+        """``predicate`` (SQL text, a pyarrow expression, DNF tuples or a tree) bound to this
+        version's schema."""
+        return FilePredicate.of(predicate, self.table_configuration)
 
     def tombstones(self) -> pa.Table:
         """Removed files not live again (the columns of ``TOMBSTONES_SCHEMA``), for vacuum."""
@@ -253,38 +258,85 @@ class Snapshot:
     def to_batches(
         self,
         columns: Sequence[str] | None = None,
-        predicate: str | FilePredicate | None = None,
+        predicate: Filter | FilePredicate | None = None,
         *,
         batch_rows: int = BATCH_ROWS,
         with_row_ids: bool = False,
     ) -> pa.RecordBatchReader:
         """The table's rows at this version, streamed: partition values, column mapping and
-        deletion vectors applied. With a SQL ``predicate``, files that cannot match are skipped
-        (partition values, stats) and the rows read are filtered by it. ``columns`` (logical
-        names) selects and orders the columns; all of them when None. ``with_row_ids`` (a table
-        with row tracking enabled) adds ``row_id`` and ``row_commit_version`` (int64): each
-        row's stable id and the version that last inserted or updated it."""
+        deletion vectors applied. With a ``predicate`` (SQL text, a pyarrow expression or DNF
+        tuples), files that cannot match are skipped (partition values, stats) and the rows read
+        are filtered by it. ``columns`` (logical names; one name as a string) selects and orders
+        the columns; all of them when None. ``with_row_ids`` (a table with row tracking enabled)
+        adds ``row_id`` and ``row_commit_version`` (int64): each row's stable id and the version
+        that last inserted or updated it.
+
+        Memory stays bounded whatever the table's size: files are read as the batches are
+        consumed, a few at a time (see :func:`txnlog.read.scan`)."""
         context = self.read_context()
         pred = self.predicate(predicate) if predicate is not None else None
         files = self.files(pred, stats=False)
-        tracking = {"row_id": ROW_ID, "row_commit_version": ROW_COMMIT_VERSION} if with_row_ids else {}
         schema = context.output_schema(columns)
-        for name in tracking.values():
-            schema = schema.append(pa.field(name, pa.int64(), nullable=False))
-        batches = context.batches(
-            files, columns=columns, store=self.store, batch_rows=batch_rows,
-            row_filter=pred.rows() if pred is not None else None,
-            filter_columns=pred.columns if pred is not None else (),
-            parallel=READ_THREADS,
-            **tracking,
-        )
-        return pa.RecordBatchReader.from_batches(schema, batches)
+        rows = pred.rows() if pred is not None else None
+        if with_row_ids:  # the one reader computes row ids
+            tracking = {"row_id": ROW_ID, "row_commit_version": ROW_COMMIT_VERSION}
+            for name in tracking.values():
+                schema = schema.append(pa.field(name, pa.int64(), nullable=False))
+            batches = context.batches(
+                files, columns=columns, store=self.store, batch_rows=batch_rows, row_filter=rows,
+                filter_columns=pred.columns if pred is not None else (), parallel=READ_THREADS, **tracking,
+            )
+            return pa.RecordBatchReader.from_batches(schema, batches)
+        # Read on the consuming thread (scan_batches): no Python runs on pyarrow's threads, so a
+        # reader dropped half way leaves nothing running when the interpreter exits.
+        names = schema.names
+        if rows is None or rows.expression is not None:  # pyarrow filters the rows
+            expression = rows.expression if rows is not None else None
+            _, batches = scan_batches(context, files, columns=names, filter=expression, store=self.store, batch_size=batch_rows)
+            return pa.RecordBatchReader.from_batches(schema, batches)
+        assert pred is not None
+        # A condition only txnlog computes (id % 10 = 3): read the columns it needs too, then filter.
+        read = names + sorted(c for c in pred.columns if c not in names)
+        _, unfiltered = scan_batches(context, files, columns=read, store=self.store, batch_size=batch_rows)
+
+        def filtered() -> Iterator[pa.RecordBatch]:
+            for batch in unfiltered:
+                batch = batch.filter(rows.mask(pa.Table.from_batches([batch]))).select(names)
+                if batch.num_rows:
+                    yield batch
+
+        return pa.RecordBatchReader.from_batches(schema, filtered())
 
     def to_arrow(
-        self, columns: Sequence[str] | None = None, predicate: str | FilePredicate | None = None, *, with_row_ids: bool = False
+        self, columns: Sequence[str] | None = None, predicate: Filter | FilePredicate | None = None, *, with_row_ids: bool = False
     ) -> pa.Table:
         """The table's rows at this version as one Arrow table (see :meth:`to_batches`)."""
         return self.to_batches(columns, predicate, with_row_ids=with_row_ids).read_all()
+
+    def to_pandas(self, columns: Sequence[str] | None = None, predicate: Filter | FilePredicate | None = None) -> Any:
+        """The rows of :meth:`to_arrow` as a pandas DataFrame (needs pandas)."""
+        if importlib.util.find_spec("pandas") is None:  # optional: pyarrow imports it to convert
+            raise TxnLogError("Snapshot.to_pandas needs pandas: pip install pandas")
+        return self.to_arrow(columns, predicate).to_pandas()
+
+    def to_polars(self, columns: Sequence[str] | None = None, predicate: Filter | FilePredicate | None = None) -> Any:
+        """The rows of :meth:`to_arrow` as a Polars DataFrame (needs polars). For a lazy frame,
+        ``polars.scan_pyarrow_dataset(snapshot.to_pyarrow_dataset())``."""
+        try:
+            import polars  # optional: only this method needs polars
+        except ImportError as e:
+            raise TxnLogError(f"Snapshot.to_polars needs polars: pip install polars ({e})") from None
+        return polars.from_arrow(self.to_arrow(columns, predicate))
+
+    def to_pyarrow_dataset(self) -> TableDataset:
+        """This version's rows as a lazy ``pyarrow.dataset.Dataset`` (a
+        :class:`~txnlog.read.TableDataset`): partition values, column mapping and deletion
+        vectors applied, nothing read until it is scanned. DuckDB, Polars and pyarrow push
+        their projections and filters into it: columns not asked for are not decoded, files
+        are skipped by partition values and stats, Parquet row groups by their statistics."""
+        if self._dataset is None:  # one per snapshot: it keeps the parsed stats its scans skip files with
+            self._dataset = TableDataset(self.read_context(), lambda predicate, stats: self.files(predicate, stats=stats), store=self.store)
+        return self._dataset
 
     def _with(self, state: TableState) -> Snapshot:
         return Snapshot(self.location, state)

@@ -92,6 +92,39 @@ def test_usage_errors_exit_2(table_path):
     run("frobnicate", check_code=2)
 
 
+def test_a_bad_where_predicate_is_a_usage_error(table_path):
+    build(table_path, 1)
+    proc = run("files", str(table_path), "--where", "part = ", check_code=2)
+    assert proc.stdout == "" and "part = " in proc.stderr and proc.stderr.count("\n") == 1
+    error = run_json("files", str(table_path), "--where", "nope > 1", check_code=2)["error"]
+    assert error["type"] == "InvalidPredicateError" and "nope" in error["message"]
+
+
+def test_vacuum_dry_run_says_why_each_file_stays_or_goes(table_path):
+    table = build(table_path, 2)
+    uri = str(table_path)
+    table.delete("id = 1")
+    kept = run("vacuum", uri, "--dry-run", "--retention", "0s", "--force").stdout
+    assert "keep" in kept and "added at version 1, still in the log" in kept and "Would delete 0 files" in kept
+    assert "Kept 1 file live at the latest version; 1 read by versions still in the log." in kept and "--rule delta" in kept
+    doc = run_json("vacuum", uri, "--dry-run", "--retention", "0s", "--force", "--rule", "delta")
+    assert doc["rule"] == "delta" and doc["numFiles"] == 1 and doc["numLiveFiles"] == 1
+    assert [(d["action"], d["reason"]) for d in doc["decisions"]] == [("delete", "removed-long-ago")]
+    assert doc["decisions"][0]["path"] == doc["files"][0]
+    run("vacuum", uri, "--rule", "spark", check_code=2)
+
+
+def test_counts_and_sizes_read_as_english(table_path):
+    table = build(table_path, 1)
+    uri = str(table_path)
+    size = table.snapshot().files().column("size")[0].as_py()
+    assert size < 1024
+    assert f"1 file, {size} bytes" in run("files", uri).stdout
+    assert "0 files, 0 bytes" in run("files", uri, "--where", "part = 'zzz'").stdout
+    assert "Would delete 0 files, 0 bytes (rule: versions)." in run("vacuum", uri, "--dry-run").stdout
+    assert "Checkpoint of version 1: 1 file," in run("checkpoint", uri).stdout
+
+
 @pytest.mark.parametrize(
     "args, names",
     [

@@ -3,6 +3,7 @@ refusing hostile log entries, and deltalake reading the result as txnlog does.""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import txnlog
-from txnlog.errors import MissingFilesError, RetentionCheckError, UnsafePathError
+from txnlog.errors import CorruptCheckpointError, MissingFilesError, RetentionCheckError, UnsafePathError
 from txnlog.log.actions import RemoveFile
 from txnlog.maintenance import expire, restore, tags, vacuum
 
@@ -94,6 +95,31 @@ def test_vacuum_keeps_files_of_retained_and_tagged_versions(table_path):
     assert result.files and not set(result.files) & set(tagged_files)  # the tag's files stay
     ours, theirs, our_ids, their_ids = read_with_both(table.uri, 2)
     assert ours == theirs == set(tagged_files) and our_ids == their_ids == [1, 2]
+
+
+def test_expire_then_vacuum_on_the_same_table_object_warns_of_nothing(table_path, caplog):
+    build(table_path, 25)  # checkpoints at 10 and 20
+    table = txnlog.Table(str(table_path))
+    _delete_rows(table, "id = 3")
+    age(table, range(27), days=60)
+    table.snapshot()  # the Table keeps this state, read from checkpoint 20
+    with caplog.at_level(logging.INFO, logger="txnlog"):
+        assert expire(table, retain_min=3).earliest_after == 24  # deletes checkpoint 20
+        later = int(time.time() * 1000) + 8 * DAY_MS
+        result = vacuum(table, dry_run=True, now_ms=later)
+    assert result.files == ()  # the file version 26 removed is live at retained versions 24 and 25
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("vanished" in r.getMessage() for r in caplog.records)  # rebuilt, as information
+    # A checkpoint that is there but unreadable still warns.
+    caplog.clear()
+    stale = txnlog.Table(str(table_path))
+    stale.snapshot()
+    checkpoint = os.path.join(_root(table), "_delta_log", f"{24:020d}.checkpoint.parquet")
+    with open(checkpoint, "r+b") as f:
+        f.truncate(20)
+    with caplog.at_level(logging.INFO, logger="txnlog"), pytest.raises(CorruptCheckpointError):
+        stale.snapshot().tombstones()  # nothing older rebuilds version 26
+    assert any(r.levelno == logging.WARNING and "rebuilding" in r.getMessage() for r in caplog.records)
 
 
 def test_retention_below_the_table_threshold_is_refused_without_force(table_path):

@@ -165,6 +165,17 @@ def test_unknown_columns_are_refused_by_name(tmp_path: Path) -> None:
         table.snapshot().to_arrow(["id", "nope"])
 
 
+def test_one_column_name_as_a_string_is_that_column(tmp_path: Path) -> None:
+    # A str is a Sequence[str]: read as one, "id" asked for columns 'i' and 'd'.
+    table = txnlog.Table.create(str(tmp_path / "t"), SCHEMA, properties={"delta.enableChangeDataFeed": "true"})
+    table.append(_rows([1, 2]))
+    snapshot = table.snapshot()
+    assert snapshot.to_arrow("id").column_names == ["id"]
+    assert snapshot.to_arrow("id").column("id").to_pylist() == [1, 2]
+    assert [b.schema.names for b in snapshot.to_batches("part")] == [["part"]]
+    assert table.changes(1, columns="id").column_names[0:2] == ["id", "_change_type"]
+
+
 # --- against a plain-Arrow model --------------------------------------------------------------
 
 BATCHES = st.lists(st.lists(st.integers(-1_000, 1_000), min_size=0, max_size=40), min_size=1, max_size=4)

@@ -61,10 +61,11 @@ def _append_with_retries(job: dict[str, Any], barrier: Any) -> dict[str, Any]:
 
 
 # With the SDK's own retries (what users run), and without them, so that every fault reaches
-# txnlog's commit path and the writers' retries.
+# txnlog's commit path and the writers' retries. (botocore's retries only: s3fs's own retry count
+# is a class attribute, not an option; a "retries" key was silently dropped, and is now refused.)
 SDK_RETRIES = {
     "sdk-retries": {},
-    "no-sdk-retries": {"retries": 1, "config_kwargs": {"retries": {"max_attempts": 1}}},
+    "no-sdk-retries": {"config_kwargs": {"retries": {"max_attempts": 1}}},
 }
 
 

@@ -23,6 +23,7 @@ from txnlog.cli.output import Document, Output, Rows, output_for
 from txnlog.errors import (
     CommitConflictError,
     InvalidArgumentError,
+    InvalidPredicateError,
     TableNotFoundError,
     TxnLogError,
 )
@@ -42,7 +43,7 @@ def exit_code_of(error: BaseException) -> int:
         return EXIT_TABLE_NOT_FOUND
     if isinstance(error, CommitConflictError):
         return EXIT_CONFLICT
-    if isinstance(error, InvalidArgumentError):
+    if isinstance(error, (InvalidArgumentError, InvalidPredicateError)):  # what the command line said is wrong
         return EXIT_USAGE
     return EXIT_PROBLEM
 
@@ -335,15 +336,23 @@ def expire_command(
 @_command("vacuum")
 @click.argument("uri", type=TABLE_URI)
 @click.option("--retention", type=DURATION, help="Keep files removed or written less than this ago, e.g. 168h (default delta.deletedFileRetentionDuration).")
-@click.option("--dry-run", is_flag=True, help="List what would be deleted and its size; change nothing.")
+@click.option("--dry-run", is_flag=True, help="List what would be deleted and what is kept, and why; change nothing.")
 @click.option("--force", is_flag=True, help="Allow a retention below the table's delta.deletedFileRetentionDuration.")
+@click.option(
+    "--rule",
+    type=click.Choice(["versions", "delta"]),
+    default="versions",
+    show_default=True,
+    help="versions: keep every file a version still in the log reads (time travel stays whole); "
+    "delta: Delta's rule, keep only what the latest version reads and what was removed less than the retention ago.",
+)
 @click.pass_context
-def vacuum_command(ctx: click.Context, /, uri: str, retention: int | None, dry_run: bool, force: bool, **common: Any) -> None:
-    """Delete data files no retained or tagged version references (old tombstones, orphans)."""
+def vacuum_command(ctx: click.Context, /, uri: str, retention: int | None, dry_run: bool, force: bool, rule: str, **common: Any) -> None:
+    """Delete data files nothing keeps any more (old tombstones, orphans), older than the retention."""
     settings = _settings(ctx, **common)
 
     def body(progress: maintenance.Progress | None) -> Document:
-        return maintenance.vacuum(_table(uri, settings), retention=retention, dry_run=dry_run, force=force, progress=progress).to_dict()
+        return maintenance.vacuum(_table(uri, settings), retention=retention, dry_run=dry_run, force=force, rule=rule, progress=progress).to_dict()
 
     _run(settings, body, lambda out: out.vacuum)
 

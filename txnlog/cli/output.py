@@ -189,12 +189,30 @@ def _iso(ms: int | None) -> str:
 
 
 def _size(n: int) -> str:
+    """``n`` bytes for people: "1 byte", "512 bytes", "1.5 KiB (1536 bytes)"."""
+    if n < 1024:
+        return _count(n, "byte")
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
         value /= 1024
-    return f"{n} B"
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit} ({n} bytes)"
+
+
+#: How the summary of a vacuum names each reason to keep a file.
+_KEPT_BECAUSE = {
+    "tagged": "live at a tagged version",
+    "retained-version": "read by versions still in the log",
+    "change-data-in-log": "change data of commits still in the log",
+    "removed-recently": "removed less than the retention ago",
+    "written-recently": "written less than the retention ago",
+}
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 file", "0 files", "2 files"."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
 
 
 def _table(*columns: str, title: str | None = None) -> RichTable:
@@ -231,7 +249,7 @@ class ConsoleOutput(Output):
 
     def checkpoint(self, d: Document) -> None:
         self.console.print(
-            f"Checkpoint of version {d['version']}: {d['numAddFiles']} files, {d['numActions']} actions, "
+            f"Checkpoint of version {d['version']}: {_count(d['numAddFiles'], 'file')}, {_count(d['numActions'], 'action')}, "
             f"{_size(d['sizeInBytes'])} in {', '.join(d['paths'])}"
         )
 
@@ -245,9 +263,9 @@ class ConsoleOutput(Output):
             ("id", d["id"]),
             ("name", d["name"] or "-"),
             ("partition columns", ", ".join(d["partitionColumns"]) or "-"),
-            ("files", f"{d['numFiles']} in {d['numPartitions']} partitions" if d["partitionColumns"] else str(d["numFiles"])),
+            ("files", f"{d['numFiles']} in {_count(d['numPartitions'], 'partition')}" if d["partitionColumns"] else str(d["numFiles"])),
             ("size", _size(d["sizeInBytes"])),
-            ("rows", f"{d['numRows']}" + (f" ({d['filesWithoutRowCount']} files without a row count)" if d["filesWithoutRowCount"] else "")),
+            ("rows", f"{d['numRows']}" + (f" ({_count(d['filesWithoutRowCount'], 'file')} without a row count)" if d["filesWithoutRowCount"] else "")),
             ("last checkpoint", str(d["lastCheckpoint"]["version"]) if d["lastCheckpoint"] else "-"),
             ("checkpoints", ", ".join(map(str, d["checkpointVersions"])) or "-"),
         ]
@@ -286,20 +304,20 @@ class ConsoleOutput(Output):
             partition = ", ".join(f"{k}={v}" for k, v in r["partitionValues"].items())
             table.add_row(r["path"], str(r["size"]), partition, "-" if r["numRecords"] is None else str(r["numRecords"]), _iso(r["modificationTime"]))
         self.console.print(table)
-        self.console.print(f"{len(rows)} files, {_size(sum(r['size'] for r in rows))}")
+        self.console.print(f"{_count(len(rows), 'file')}, {_size(sum(r['size'] for r in rows))}")
 
     def validation(self, d: Document) -> None:
         checked = d["checked"]
         summary = (
-            f"{checked.get('commits', 0)} commits, {checked.get('checkpoints', 0)} checkpoints "
-            f"({checked.get('checkpointsCompared', 0)} compared with the commits), {checked.get('files', 0)} files"
+            f"{_count(checked.get('commits', 0), 'commit')}, {_count(checked.get('checkpoints', 0), 'checkpoint')} "
+            f"({checked.get('checkpointsCompared', 0)} compared with the commits), {_count(checked.get('files', 0), 'file')}"
         )
         if checked.get("deletionVectors"):
-            summary += f", {checked['deletionVectors']} deletion vectors"
+            summary += f", {_count(checked['deletionVectors'], 'deletion vector')}"
         if d["ok"]:
             self.console.print(f"OK: {d['table']} versions {d['earliestVersion']}..{d['latestVersion']}: {summary}")
             return
-        table = _table("problem", "version", "file", "detail", title=f"{len(d['problems'])} problem(s) in {d['table']}")
+        table = _table("problem", "version", "file", "detail", title=f"{_count(len(d['problems']), 'problem')} in {d['table']}")
         for p in d["problems"]:
             table.add_row(p["kind"], "-" if p["version"] is None else str(p["version"]), p["path"] or "-", p["message"])
         self.console.print(table)
@@ -311,9 +329,9 @@ class ConsoleOutput(Output):
             self.console.print(f"Nothing to expire: versions {d['earliestBefore']}..{d['latestVersion']} are all retained.")
             return
         self.console.print(
-            f"{'Would expire' if dry else 'Expired'} {d['expiredVersions']} versions ({d['earliestBefore']}..{d['earliestAfter'] - 1}); "
+            f"{'Would expire' if dry else 'Expired'} {_count(d['expiredVersions'], 'version')} ({d['earliestBefore']}..{d['earliestAfter'] - 1}); "
             f"earliest retained version {'would be' if dry else 'is now'} {d['earliestAfter']}; "
-            f"{len(d['deletedFiles'])} log files {'to delete' if dry else 'deleted'}."
+            f"{_count(len(d['deletedFiles']), 'log file')} {'to delete' if dry else 'deleted'}."
         )
         if d["checkpointWritten"] is not None:
             self.console.print(f"Checkpoint {'needed' if dry else 'written'} at version {d['checkpointWritten']}.")
@@ -323,15 +341,27 @@ class ConsoleOutput(Output):
             self.console.print(f"{'Would drop' if dry else 'Dropped'} inactive consumers: {', '.join(d['droppedConsumers'])}.")
 
     def vacuum(self, d: Document) -> None:
+        decisions = d["decisions"]
         if d["dryRun"]:
-            for path in d["files"]:
-                self.console.print(path)
-            self.console.print(f"Would delete {d['numFiles']} files, {_size(d['sizeInBytes'])} ({d['sizeInBytes']} bytes).")
+            table = _table("action", "path", "why")
+            for decision in decisions:
+                table.add_row(decision["action"], decision["path"], decision["detail"])
+            if decisions:
+                self.console.print(table)
+            self.console.print(f"Would delete {_count(d['numFiles'], 'file')}, {_size(d['sizeInBytes'])} (rule: {d['rule']}).")
         else:
             self.console.print(
-                f"Deleted {d['numFiles']} files, {_size(d['sizeInBytes'])} ({d['sizeInBytes']} bytes); "
+                f"Deleted {_count(d['numFiles'], 'file')}, {_size(d['sizeInBytes'])} (rule: {d['rule']}); "
                 f"VACUUM START at version {d['startVersion']}, VACUUM END at version {d['endVersion']}."
             )
+        kept: dict[str, int] = {}
+        for decision in decisions:
+            if decision["action"] == "keep":
+                kept[decision["reason"]] = kept.get(decision["reason"], 0) + 1
+        summary = [f"{n} {_KEPT_BECAUSE.get(reason, reason)}" for reason, n in kept.items()]
+        self.console.print(f"Kept {_count(d['numLiveFiles'], 'file')} live at the latest version" + "".join(f"; {s}" for s in summary) + ".")
+        if kept.get("retained-version"):
+            self.console.print("(The versions rule keeps what time travel to versions still in the log needs; --rule delta would not.)")
 
     def iceberg_export(self, d: Document) -> None:
         if not d["snapshotIds"]:
@@ -339,14 +369,14 @@ class ConsoleOutput(Output):
             return
         how = f"rebuilt ({d['rebuildReason']})" if d["rebuilt"] else "incremental"
         self.console.print(
-            f"Exported Delta version {d['deltaVersion']} as {len(d['snapshotIds'])} Iceberg snapshot(s), {how}: {d['metadataLocation']}"
+            f"Exported Delta version {d['deltaVersion']} as {_count(len(d['snapshotIds']), 'Iceberg snapshot')}, {how}: {d['metadataLocation']}"
         )
 
     def restore(self, d: Document) -> None:
         self.console.print(
             f"Restored {d['table']} to version {d['restoredVersion']} as version {d['version']}: "
-            f"{d['numRestoredFiles']} files re-added, {d['numRemovedFiles']} removed; "
-            f"{d['numOfFilesAfterRestore']} files, {_size(d['tableSizeAfterRestore'])} now."
+            f"{_count(d['numRestoredFiles'], 'file')} re-added, {d['numRemovedFiles']} removed; "
+            f"{_count(d['numOfFilesAfterRestore'], 'file')}, {_size(d['tableSizeAfterRestore'])} now."
         )
 
     def tag_created(self, d: Document) -> None:

@@ -11,10 +11,13 @@ stats (skipping) and on rows (filtering).
 - :mod:`~txnlog.expressions.rows`: the rows a bound expression is TRUE on (:class:`RowFilter`).
 - :mod:`~txnlog.expressions.values`: value expressions (``amount * 2``, ``CASE``, ``upper(x)``)
   for DML's SET clauses and MERGE conditions, parsed by :func:`parse_value`, computed on Arrow.
+- :mod:`~txnlog.expressions.foreign`: filters in other libraries' forms (pyarrow expressions, DNF
+  tuples) translated into the tree.
 - :class:`FilePredicate`: all of it for one table, parsed and bound once.
 """
 
 from txnlog.expressions.binding import MAX_PREDICATE_TERMS, BoundExpression, bind
+from txnlog.expressions.foreign import Filter, approximate_arrow, arrow_columns, as_expression, from_arrow, from_dnf
 from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse, parse_value
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.rows import RowFilter, row_filter
@@ -90,6 +93,7 @@ __all__ = [
     "Constant",
     "Expression",
     "FilePredicate",
+    "Filter",
     "FunctionCall",
     "In",
     "InList",
@@ -105,6 +109,9 @@ __all__ = [
     "RowFilter",
     "ValueExpression",
     "and_",
+    "approximate_arrow",
+    "arrow_columns",
+    "as_expression",
     "bind",
     "column",
     "compare",
@@ -115,6 +122,8 @@ __all__ = [
     "equal",
     "equal_null_safe",
     "evaluate_value",
+    "from_arrow",
+    "from_dnf",
     "greater_than",
     "greater_than_or_equal",
     "is_in",

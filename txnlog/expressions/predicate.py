@@ -3,17 +3,19 @@ the two questions the core asks of it: may a file hold a matching row, which row
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog.errors import InvalidPredicateError
 from txnlog.expressions.binding import BoundExpression, BoundOpaque, bind, bound_columns, has_opaque
+from txnlog.expressions.foreign import Filter, as_expression
 from txnlog.expressions.parser import parse
 from txnlog.expressions.rows import RowFilter
 from txnlog.expressions.stats import may_match
 from txnlog.expressions.tree import Expression
+from txnlog.table_configuration import TableConfiguration
 
 
 class FilePredicate:
@@ -54,6 +56,15 @@ class FilePredicate:
         self.columns: frozenset[str] = frozenset(c.name for c in bound_columns(self.bound))
         self._check_evaluable()
 
+    @classmethod
+    def of(cls, predicate: Filter, table_configuration: TableConfiguration) -> FilePredicate:
+        """``predicate`` (SQL text, a tree, a pyarrow expression or DNF tuples; a FilePredicate
+        as it is) bound to the table ``table_configuration`` describes."""
+        if isinstance(predicate, FilePredicate):
+            return predicate
+        config = table_configuration
+        return cls(as_expression(predicate), config.schema, config.partition_columns, config.physical_names)
+
     def __repr__(self) -> str:
         return f"FilePredicate({self.sql!r})"
 
@@ -87,16 +98,17 @@ class FilePredicate:
             )
         return expression
 
-    def may_match(self, files: pa.Table) -> pa.BooleanArray:
-        """Per file: False only where the file provably has no row on which the predicate is TRUE."""
+    def may_match(self, files: pa.Table, *, parsed_stats: MutableMapping[str, pa.StructArray] | None = None) -> pa.BooleanArray:
+        """Per file: False only where the file provably has no row on which the predicate is TRUE.
+        ``parsed_stats``: a cache of stats parsed from this very file list, kept by the caller."""
         return may_match(
             self.bound, files, schema=self.schema, partition_columns=self.partition_columns,
-            column_mapping=self._column_mapping, text=self.sql,
+            column_mapping=self._column_mapping, text=self.sql, parsed_stats=parsed_stats,
         )
 
-    def filter(self, files: pa.Table) -> pa.Table:
+    def filter(self, files: pa.Table, *, parsed_stats: MutableMapping[str, pa.StructArray] | None = None) -> pa.Table:
         """The files that may hold matching rows."""
-        return files.filter(self.may_match(files))
+        return files.filter(self.may_match(files, parsed_stats=parsed_stats))
 
     def _check_evaluable(self) -> None:
         """Evaluate the row filter on one null row, so type errors (and opaque conditions that are

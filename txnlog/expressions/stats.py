@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -170,8 +170,9 @@ class _FileEvaluator:
     """Lazily parses what an expression needs from a file list: partition values and stats."""
 
     def __init__(self, tree: BoundExpression, files: pa.Table, schema: pa.Schema, partition_columns: Sequence[str],
-                 column_mapping: bool, text: str) -> None:
+                 column_mapping: bool, text: str, parsed_stats: MutableMapping[str, pa.StructArray] | None = None) -> None:
         self.tree = tree
+        self.parsed_stats = parsed_stats
         self.files = files
         self.schema = schema
         self.column_mapping = column_mapping
@@ -225,7 +226,10 @@ class _FileEvaluator:
             c.path: c for c in _skipping_columns(self.tree) if c.name not in self._partition and _has_stats(c)
         }
         target = stats_type(self.schema, list(columns), mapped=self.column_mapping)
-        parsed = parse_stats(self._column_of("stats"), target)
+        cache = self.parsed_stats if self.parsed_stats is not None else {}
+        parsed = cache.get(str(target))
+        if parsed is None:
+            parsed = cache[str(target)] = parse_stats(self._column_of("stats"), target)
         self._num_records = stats_leaf(parsed, ("numRecords",))
         stats: dict[tuple[str, ...], _ColumnStats] = {}
         for path, column in columns.items():
@@ -334,12 +338,14 @@ def may_match(
     partition_columns: Sequence[str],
     column_mapping: bool = False,
     text: str = "",
+    parsed_stats: MutableMapping[str, pa.StructArray] | None = None,
 ) -> pa.BooleanArray:
     """Per file of ``files`` (rows of FILES_SCHEMA): False only where the file provably holds no
     row on which ``tree`` is TRUE. ``partition_columns`` as the schema spells them;
     ``column_mapping`` says stats and partition values use the columns' physical names; ``text``
-    names the expression in warnings."""
-    evaluator = _FileEvaluator(tree, files, schema, partition_columns, column_mapping, text)
+    names the expression in warnings. ``parsed_stats``: a cache of the stats parsed from this
+    very file list (by the stats' type), for a caller that asks of the same files many times."""
+    evaluator = _FileEvaluator(tree, files, schema, partition_columns, column_mapping, text, parsed_stats)
     result = evaluator.may(tree)
     return pc.and_(result, pc.invert(evaluator.empty()))
 

@@ -141,7 +141,8 @@ def checkpoint_from_log(store: LogStore, version: int | None = None, *, now_ms: 
             if not vanished or relists == _RELISTS:
                 raise
             relists += 1
-            logger.warning("%s: a log file vanished while checkpointing (%s); listing the log again", store.root_uri, e)
+            # Expected under log expiry and handled: information, not a warning.
+            logger.info("%s: a log file vanished while checkpointing (%s); listing the log again", store.root_uri, e)
 
 
 def _checkpoint_listed_log(store: LogStore, version: int | None, now: int) -> CheckpointResult:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from txnlog.errors import TableNotFoundError, VersionNotFoundError
+from txnlog.errors import TableNotFoundError, VersionNotFoundError, timestamp_text
 from txnlog.log.actions import CommitInfo
 from txnlog.log.codec import encode_action
 from txnlog.log.commits import Commit, read_commits
@@ -78,8 +78,8 @@ def version_at(store: LogStore, timestamp_ms: int) -> int:
     candidates = [v for v, t in stamps if t <= timestamp_ms]
     if not candidates:
         raise VersionNotFoundError(
-            f"{store.root_uri}: timestamp {timestamp_ms} is before the earliest commit still in the log "
-            f"(version {stamps[0][0]} at {stamps[0][1]})"
+            f"{store.root_uri}: timestamp {timestamp_text(timestamp_ms)} is before the earliest commit still in the log "
+            f"(version {stamps[0][0]} at {timestamp_text(stamps[0][1])})"
         )
     return candidates[-1]
 

@@ -15,7 +15,7 @@ from txnlog.maintenance.inspection import (
     list_files,
 )
 from txnlog.maintenance.restoring import RestoreResult, restore
-from txnlog.maintenance.vacuuming import VacuumResult, vacuum
+from txnlog.maintenance.vacuuming import VacuumDecision, VacuumResult, vacuum
 from txnlog.maintenance.validation import Problem, ValidationReport, validate
 from txnlog.properties import parse_duration_ms
 
@@ -26,6 +26,7 @@ __all__ = [
     "Progress",
     "RestoreResult",
     "TableDescription",
+    "VacuumDecision",
     "VacuumResult",
     "ValidationReport",
     "checkpoint",

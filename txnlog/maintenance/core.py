@@ -105,14 +105,20 @@ def named_operation(name: str) -> Callable[[Callable[Concatenate[Table, _P], _R]
 def referenced_paths(table_uri: str, files: pa.Table, *, version: int | None = None) -> list[str]:
     """Store paths of the data files and deletion-vector files that rows of ``files``
     (``Snapshot.files()`` or ``tombstones()`` layout) name; UnsafePathError for any escape."""
-    out = [locate(table_uri, p, version=version) for p in files.column("path").to_pylist()]
+    return [path for _, path in referenced_path_rows(table_uri, files, version=version)]
+
+
+def referenced_path_rows(table_uri: str, files: pa.Table, *, version: int | None = None) -> list[tuple[int, str]]:
+    """(row of ``files``, store path) of each data file and deletion-vector file the rows name."""
+    out = [(i, locate(table_uri, p, version=version)) for i, p in enumerate(files.column("path").to_pylist())]
     dv = files.column("deletion_vector").combine_chunks()
     if dv.null_count < len(dv):
+        rows = pc.indices_nonzero(dv.is_valid()).to_pylist()
         valid = dv.filter(dv.is_valid())
-        for storage, inline in zip(valid.field("storage_type").to_pylist(), valid.field("path_or_inline_dv").to_pylist()):
+        for i, storage, inline in zip(rows, valid.field("storage_type").to_pylist(), valid.field("path_or_inline_dv").to_pylist()):
             dv_path = dv_file_path(storage, inline)
             if dv_path is not None:
-                out.append(locate(table_uri, dv_path, version=version))
+                out.append((i, locate(table_uri, dv_path, version=version)))
     return out
 
 

@@ -1,7 +1,8 @@
 """Reading data files: rows with column mapping, partition values and deletion vectors applied;
-and the change data feed's rows."""
+scans and the lazy dataset engines push work into; and the change data feed's rows."""
 
 from txnlog.read.changes import CHANGE_TYPE, CHANGE_TYPES, COMMIT_TIMESTAMP, COMMIT_VERSION, change_batches, change_schema
+from txnlog.read.dataset import SCAN_BATCH_ROWS, FileLister, TableDataset, TableScanner, scan, scan_batches
 from txnlog.read.files import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext
 
 __all__ = [
@@ -10,10 +11,16 @@ __all__ = [
     "CHANGE_TYPES",
     "COMMIT_TIMESTAMP",
     "COMMIT_VERSION",
+    "SCAN_BATCH_ROWS",
+    "FileLister",
     "READ_THREADS",
     "ROW_COMMIT_VERSION",
     "ROW_ID",
     "ReadContext",
+    "TableDataset",
+    "TableScanner",
     "change_batches",
     "change_schema",
+    "scan",
+    "scan_batches",
 ]

@@ -90,10 +90,13 @@ class ReadContext:
 
     def output_schema(self, columns: Sequence[str] | None = None) -> pa.Schema:
         """The schema of what :meth:`batches` yields for ``columns``: logical names, no Delta
-        field metadata, in the order asked for (the table's order when None)."""
+        field metadata, in the order asked for (the table's order when None). One name as a
+        string is that one column."""
         fields = [pa.field(f.name, f.type, f.nullable) for f in self.schema]
         if columns is None:
             return pa.schema(fields)
+        if isinstance(columns, str):  # a str is a Sequence[str] too: "id" would be columns i, d
+            columns = [columns]
         by_lower = {f.name.lower(): f for f in fields}
         out = []
         for name in columns:

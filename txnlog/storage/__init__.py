@@ -21,6 +21,7 @@ from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, Storag
 from txnlog.storage.base import FileInfo, LogStore
 from txnlog.storage.local import LocalLogStore
 from txnlog.storage.location import TableLocation
+from txnlog.storage.options import check_options
 from txnlog.storage.paths import FileLocation, check_new_file_path, locate
 
 # fsspec and the stores built on it are imported when a URI needs them: a local table's
@@ -59,10 +60,12 @@ def open_store(uri: str | os.PathLike[str], storage_options: Mapping[str, Any] |
     parsed = urlparse(root_uri)
     scheme = parsed.scheme
     if scheme == "file":
+        check_options(options, "a local table", ("fsync",))
         return LocalLogStore(root_uri, unquote(parsed.path), fsync=as_bool(options.get("fsync", False)))
     if scheme == "memory":
         from txnlog.storage.memory import MemoryLogStore  # deferred: fsspec
 
+        check_options(options, "a memory:// table", ())
         return MemoryLogStore(root_uri, "/" + (parsed.netloc + parsed.path).strip("/"))
     if scheme in ("s3", "s3a"):
         from txnlog.storage.s3 import S3LogStore  # lazily: s3fs is an optional extra (txnlog[s3])

@@ -41,6 +41,13 @@ _ALIASES = {
     "endpoint": "endpoint",
     "skip_signature": "anon",
 }
+# object_store Azure keys txnlog has no use for: accepted, so that deltalake's options work here.
+_IGNORED = frozenset({
+    "authority_host", "token", "bearer_token", "msi_endpoint", "identity_endpoint", "object_id", "msi_resource_id",
+    "federated_token_file", "use_fabric_endpoint", "use_azure_cli", "container_name", "disable_tagging",
+    "fabric_token_service_url", "fabric_workload_host", "fabric_session_token", "fabric_cluster_identifier",
+    "credential_type", "encryption_key", "storage_encryption_key", "allow_http",
+})
 # Azurite's well-known development account (public, documented by Microsoft).
 _AZURITE_ACCOUNT = "devstoreaccount1"
 _AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -71,7 +78,9 @@ def adlfs_kwargs(root_uri: str, options: Mapping[str, Any]) -> tuple[dict[str, A
     adlfs's own options and/or delta-rs style ``AZURE_STORAGE_*`` keys."""
     import adlfs  # optional dependency (txnlog[azure])
 
-    kwargs, mapped = split_options(options, adlfs.AzureBlobFileSystem, _ALIASES, prefixes=("azure_storage_", "azure_"))
+    kwargs, mapped = split_options(
+        options, adlfs.AzureBlobFileSystem, _ALIASES, where="an Azure table", prefixes=("azure_storage_", "azure_"), ignored=_IGNORED
+    )
     parsed = urlparse(root_uri)
     container, _, host = parsed.netloc.partition("@")
     if host:

@@ -26,6 +26,7 @@ from txnlog.errors import (
     TxnLogError,
 )
 from txnlog.storage.base import FileInfo, LogStore
+from txnlog.storage.options import DELTA_RS_IGNORED, unknown_option
 
 logger = logging.getLogger(__name__)
 
@@ -70,16 +71,19 @@ def split_options(
     fs_class: type,
     aliases: Mapping[str, str],
     *,
+    where: str,
     prefixes: tuple[str, ...] = (),
     extra: tuple[str, ...] = (),
+    ignored: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split ``storage_options`` into ``fs_class``'s own keyword arguments and delta-rs style
     keys, the latter matched case-insensitively with or without one of ``prefixes`` and
     returned under their ``aliases`` name.
 
-    Anything else is dropped, so one options dict can serve both deltalake and txnlog: a
-    delta-rs-only key (``AWS_S3_LOCKING_PROVIDER``, ``timeout``...) must not break the fsspec
-    constructor.
+    delta-rs keys txnlog has no use for (``ignored``, and every store's
+    :data:`~txnlog.storage.options.DELTA_RS_IGNORED`) are dropped, so one options dict serves
+    both deltalake and txnlog. Any other key is refused (InvalidArgumentError naming ``where``,
+    the known keys and the nearest one): a typo must not quietly fall back to defaults.
     """
     # The class's own __init__: fsspec's caching metaclass hides it from signature(fs_class).
     own = inspect.signature(fs_class.__init__).parameters  # type: ignore[misc]
@@ -90,16 +94,19 @@ def split_options(
         if key in accepted:
             native[key] = value
             continue
-        name = key.lower()
-        prefix = next((p for p in prefixes if name.startswith(p)), "")
-        name = name[len(prefix) :]
+        lowered = key.lower()
+        prefix = next((p for p in prefixes if lowered.startswith(p)), "")
+        name = lowered[len(prefix) :]
         if name in aliases:
             mapped[aliases[name]] = value
+        elif name in ignored or lowered in ignored or name in DELTA_RS_IGNORED:
+            logger.debug("ignoring storage option %r: a delta-rs setting %s does not need", key, fs_class.__name__)
         else:
-            # Upper-case or prefixed keys are delta-rs options with no fsspec meaning; a
-            # lower-case unknown key is more likely a typo, so say so louder.
-            level = logging.DEBUG if prefix or key.isupper() else logging.WARNING
-            logger.log(level, "ignoring storage option %r: %s does not take it", key, fs_class.__name__)
+            raise unknown_option(
+                key, where, [*aliases, *accepted], prefix=prefixes[0] if prefixes else "",
+                details=f" (the delta-rs keys with or without {' or '.join(repr(p) for p in prefixes) or 'a prefix'}, in any case, "
+                f"and {fs_class.__module__}.{fs_class.__name__}'s arguments; delta-rs keys txnlog does not need are accepted and ignored)",
+            )
     return native, mapped
 
 

@@ -22,6 +22,8 @@ _ALIASES = {
     "service_account_key": "service_account_key",
     "skip_signature": "anon",
 }
+# object_store GCS keys txnlog has no use for: accepted, so that deltalake's options work here.
+_IGNORED = frozenset({"bucket", "bucket_name", "base_url", "bearer_token", "allow_http"})
 
 
 class GcsLogStore(FsspecLogStore):
@@ -64,7 +66,9 @@ def gcsfs_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
     """``GCSFileSystem`` arguments from gcsfs's own options and/or delta-rs style ``GOOGLE_*`` keys."""
     import gcsfs  # optional dependency (txnlog[gcs])
 
-    kwargs, mapped = split_options(options, gcsfs.core.GCSFileSystem, _ALIASES, prefixes=("google_",))
+    kwargs, mapped = split_options(
+        options, gcsfs.core.GCSFileSystem, _ALIASES, where="a GCS table", prefixes=("google_",), ignored=_IGNORED
+    )
     if "service_account_key" in mapped:
         key = mapped["service_account_key"]
         kwargs.setdefault("token", json.loads(key) if isinstance(key, str) else key)

@@ -36,6 +36,20 @@ _ALIASES = {
     "skip_signature": "anon",
     "profile": "profile",
 }
+# object_store and delta-rs S3 keys txnlog has no use for (locking providers, DynamoDB, roles
+# assumed by delta-rs, encryption settings...): accepted, so that deltalake's options work here.
+_IGNORED = frozenset({
+    "bucket", "bucket_name", "s3_express", "imdsv1_fallback", "metadata_endpoint", "unsigned_payload",
+    "checksum_algorithm", "container_credentials_relative_uri", "container_credentials_full_uri",
+    "container_authorization_token_file", "web_identity_token_file", "role_arn", "role_session_name",
+    "endpoint_url_sts", "copy_if_not_exists", "conditional_put", "disable_tagging", "disable_bulk_delete",
+    "request_payer", "server_side_encryption", "sse_kms_key_id", "sse_bucket_key_enabled", "sse_customer_key_base64",
+    "endpoint_url_dynamodb", "region_dynamodb", "access_key_id_dynamodb", "secret_access_key_dynamodb",
+    "session_token_dynamodb", "s3_addressing_style", "s3_locking_provider", "iam_role_arn", "s3_assume_role_arn",
+    "iam_role_session_name", "s3_role_session_name", "s3_pool_idle_timeout_seconds", "sts_pool_idle_timeout_seconds",
+    "s3_get_internal_server_error_retries", "s3_allow_unsafe_rename", "ec2_metadata_disabled", "ec2_metadata_timeout",
+    "force_credential_load", "delta_dynamo_table_name", "delta_dynamo_billing_mode", "delta_dynamo_max_elapsed_request_time",
+})
 
 
 class S3LogStore(FsspecLogStore):
@@ -80,7 +94,9 @@ def s3fs_kwargs(options: Mapping[str, Any]) -> dict[str, Any]:
     """``S3FileSystem`` arguments from s3fs's own options and/or delta-rs style ``AWS_*`` keys."""
     import s3fs  # optional dependency (txnlog[s3])
 
-    kwargs, mapped = split_options(options, s3fs.S3FileSystem, _ALIASES, prefixes=("aws_",), extra=("profile",))
+    kwargs, mapped = split_options(
+        options, s3fs.S3FileSystem, _ALIASES, where="an S3 table", prefixes=("aws_",), extra=("profile",), ignored=_IGNORED
+    )
     for name in ("endpoint_url", "key", "secret", "token", "anon", "profile"):
         if name in mapped:
             kwargs.setdefault(name, mapped[name])
