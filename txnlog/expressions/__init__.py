@@ -11,11 +11,14 @@ stats (skipping) and on rows (filtering).
 - :mod:`~txnlog.expressions.rows`: the rows a bound expression is TRUE on (:class:`RowFilter`).
 - :mod:`~txnlog.expressions.values`: value expressions (``amount * 2``, ``CASE``, ``upper(x)``)
   for DML's SET clauses and MERGE conditions, parsed by :func:`parse_value`, computed on Arrow.
+- :mod:`~txnlog.expressions.portable`: whether an expression computes the same in any ANSI SQL
+  engine as here (an engine may then hand a small statement to txnlog's evaluator).
 - :class:`FilePredicate`: all of it for one table, parsed and bound once.
 """
 
 from txnlog.expressions.binding import MAX_PREDICATE_TERMS, BoundExpression, bind
 from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse, parse_value
+from txnlog.expressions.portable import Portability, portable_equality
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.rows import RowFilter, row_filter
 from txnlog.expressions.stats import may_match
@@ -101,6 +104,7 @@ __all__ = [
     "Opaque",
     "Operation",
     "Or",
+    "Portability",
     "Reference",
     "RowFilter",
     "ValueExpression",
@@ -131,6 +135,7 @@ __all__ = [
     "or_",
     "parse",
     "parse_value",
+    "portable_equality",
     "row_filter",
     "starts_with",
     "target_columns_read",
