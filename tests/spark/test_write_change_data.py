@@ -82,9 +82,20 @@ def test_the_change_feed_of_every_write_mode_of_the_format_equals_the_model(spar
 def test_the_issue_s_replace_where_keeps_its_inserts_in_the_feed(spark_ds: Any, tmp_path: Path) -> None:
     """The case the issue names: ids 1 (x), 2 (y), 3 (x); replaceWhere p = 'x' writes 10 (x)."""
     uri = str(tmp_path / "t")
-    spark_ds.createDataFrame([(1, "x"), (2, "y"), (3, "x")], "id long, p string").write.format("txnlog") \
+    spark_ds.createDataFrame([(1, "x"), (2, "y"), (3, "x")], "id long, p string").write.format("txnlog").mode("append") \
         .option("delta.enableChangeDataFeed", "true").save(uri)
     spark_ds.createDataFrame([(10, "x")], "id long, p string").write.format("txnlog").mode("overwrite") \
         .option("replaceWhere", "p = 'x'").save(uri)
     changes = txnlog.Table(uri).changes(1, 1).to_pylist()
     assert sorted((r["id"], r["_change_type"]) for r in changes) == [(1, "delete"), (3, "delete"), (10, "insert")]
+
+
+def test_a_dynamic_partition_overwrite_replaces_only_the_partitions_the_dataframe_writes(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    ts.write(_frame(spark, [(1, "x", 1), (2, "y", 2), (3, "z", 3)]), uri, partition_by=["p"], properties=CDF)
+    version = ts.write(_frame(spark, [(10, "x", 10), (11, "z", 11)]), uri, mode="overwrite", partition_overwrite_mode="dynamic")
+    assert version == 1
+    assert sorted(txnlog.Table(uri).snapshot().to_arrow().column("id").to_pylist()) == [2, 10, 11]
+    changes = model.changes_of(txnlog.Table(uri).changes(1, 1))
+    assert changes == model.changes_of(pa.Table.from_pylist([{"id": i, "p": p, "v": i, "_change_type": kind} for i, p, kind in
+                                                              [(1, "x", "delete"), (3, "z", "delete"), (10, "x", "insert"), (11, "z", "insert")]]))

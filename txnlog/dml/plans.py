@@ -233,10 +233,10 @@ class MergePlan:
         source_lower = {c.lower(): c for c in source}
         pairs = []
         for target_key, source_key in condition.pairs:
-            if target_key.lower() not in target_lower:
-                raise InvalidArgumentError(f"merge key {target_key!r} is not a column of table {snapshot.uri} (columns: {', '.join(columns)})")
             if source_key.lower() not in source_lower:
                 raise InvalidArgumentError(f"merge key {source_key!r} is not a column of the source (columns: {', '.join(source)})")
+            if target_key.lower() not in target_lower:
+                raise InvalidArgumentError(f"merge key {target_key!r} is not a column of table {snapshot.uri} (columns: {', '.join(columns)})")
             pairs.append((target_lower[target_key.lower()], source_lower[source_key.lower()]))
         config = _snapshot_config(snapshot, config)
         return cls(snapshot.uri, condition, tuple(pairs), tuple(clauses), tuple(columns), tuple(source),
