@@ -325,3 +325,36 @@ def test_pyiceberg_private_names_are_used_in_one_adapter_module_only() -> None:
                 offenders += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if is_private(a.name)]
                 offenders += [f"{path.name}:{node.lineno} imports {node.module}" for part in node.module.split(".") if is_private(part)]  # type: ignore[union-attr]
     assert not offenders, "\n".join(offenders)
+
+
+# What an engine may take from ``txnlog.dml``: the plans it executes, the parts of the Python
+# executor it hands a small statement to (on Spark's driver), the write planner, and the values
+# they return. Nothing that exists only for an engine to reach: each name below serves the
+# core's own executors too.
+DML_FOR_ENGINES = {
+    # plans, decided before any row is read
+    "MergePlan", "MergeClause", "RowChangePlan", "SqlExpression", "WritePlan", "WriteOptions",
+    # executors and their parts
+    "run_merge", "find_rows", "KeyMatcher", "SOURCE_ROW", "merge_candidates", "stage_write", "ArrowRemoval", "ChangeData",
+    "rows_matching",
+    # what they return
+    "MergeMetrics", "RowChangeMetrics", "FileCounts", "Timing", "live_rows", "files_table",
+    # OPTIMIZE's plan (moving to a package of its own)
+    "plan_bins",
+}
+
+
+def test_spark_imports_from_dml_only_its_plan_and_executor_surfaces() -> None:
+    offenders = []
+    for path in engine_modules():
+        me = module_name(path)
+        if not me.startswith("txnlog.spark"):
+            continue
+        for line, target, name in all_imports(path):
+            if target == "txnlog.dml" and name not in DML_FOR_ENGINES:
+                offenders.append(f"{me}:{line} imports {name or target} from txnlog.dml, which is no plan or executor surface")
+            elif target.startswith("txnlog.dml."):
+                offenders.append(f"{me}:{line} imports {target}: engines take txnlog.dml's surface only")
+    assert not offenders, "\n".join(offenders)
+    declared = public_names("txnlog.dml")
+    assert DML_FOR_ENGINES <= declared, f"not in txnlog.dml.__all__: {sorted(DML_FOR_ENGINES - declared)}"

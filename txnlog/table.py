@@ -16,8 +16,11 @@ from typing import Any
 import pyarrow as pa
 
 from txnlog import dml
-from txnlog.dml import DmlResult
-from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError
+from txnlog.dml import DmlResult, MergeMetrics, MergePlan, RowChangeMetrics, RowChangePlan
+from txnlog.dml.merging import source_table
+from txnlog.dml.rows import open_snapshot as dml_snapshot
+from txnlog.dml.writes import ArrowRemoval, WriteOptions, WritePlan, open_write, plan_write, stage_write
+from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, TableNotFoundError
 from txnlog.log import history as _history
 from txnlog.log.changes import VersionChanges, changes_in_range
 from txnlog.log.filenames import LOG_DIR
@@ -31,6 +34,7 @@ from txnlog.txn.create import create_table
 from txnlog.txn.hooks import HookRegistry, default_hooks
 from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
+from txnlog.write.parquet import as_reader
 
 Timestamp = int | float | str | _dt.datetime | _dt.date
 
@@ -136,6 +140,8 @@ class Table:
         if version is None and self._latest_state is not None:
             # Same answer as a full replay: only the commits after the cached version are read.
             snapshot = self._snapshot(self._latest_state).update()
+        elif version is not None and self._latest_state is not None and self._latest_state.version == version:
+            snapshot = self._snapshot(self._latest_state)  # a version's state never changes
         else:
             snapshot = self._snapshot(load_state(self.store, version))
         if version is None:
@@ -213,35 +219,100 @@ class Table:
         app_id: str | None = None,
         app_version: int | None = None,
     ) -> CommitResult | None:
-        """Write ``data`` as new Parquet files and commit them as a blind append.
+        """Write ``data`` as new Parquet files and commit them as a blind append; None when
+        nothing was committed (no rows).
 
         With ``app_id`` and ``app_version`` the append is idempotent: it is skipped (returning
         None) when that app has already committed ``app_version`` or later.
         """
         if app_id is not None and app_version is None:
             raise InvalidArgumentError("app_version is required with app_id")
-        with self.transaction("WRITE", operation_parameters={"mode": "Append"}) as txn:
-            if app_id is not None:
-                assert app_version is not None
-                if txn.already_applied(app_id, app_version):
-                    txn.abort()
-                    return None
-                txn.set_app_transaction(app_id, app_version)
-            txn.write(data)
+        return self._write_arrow(data, WriteOptions("append", app_id=app_id, app_version=app_version), self.snapshot())
+
+    def write(
+        self,
+        data: pa.Table | pa.RecordBatchReader,
+        *,
+        mode: str = "append",
+        partition_by: Sequence[str] | None = None,
+        replace_where: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        app_id: str | None = None,
+        app_version: int | None = None,
+        merge_schema: bool = False,
+        partition_overwrite_mode: str = "static",
+    ) -> CommitResult | None:
+        """Write ``data`` in one commit, in any mode of the core write planner
+        (:func:`txnlog.dml.plan_write`, which ``txnlog.spark.write`` and the Spark data source
+        use too); the committed version, or None when nothing was committed.
+
+        ``mode``: "append"; "overwrite" replaces every row, or with ``replace_where`` only the
+        rows matching it (every written row must match it too); "error" refuses an existing
+        table; "ignore" leaves one alone. A table that does not exist yet is created with the
+        data's schema, ``partition_by`` and ``properties``. ``partition_overwrite_mode="dynamic"``:
+        an overwrite replaces only the partitions the data has rows in. ``app_id``/``app_version``
+        make the write idempotent; ``merge_schema`` adds the data's new columns to the table.
+        """
+        options = WriteOptions(mode, tuple(partition_by) if partition_by is not None else None, replace_where, dict(properties or {}),
+                               app_id, app_version, merge_schema, partition_overwrite_mode=partition_overwrite_mode)
+        return self._write_arrow(data, options, self._snapshot_if_any())
+
+    def _snapshot_if_any(self) -> Snapshot | None:
+        try:
+            return self.snapshot()
+        except TableNotFoundError:
+            return None
+
+    def _write_arrow(self, data: Any, options: WriteOptions, snapshot: Snapshot | None) -> CommitResult | None:
+        """A whole write in this process: plan, open, write ``data`` with txnlog's writer (each
+        batch conformed, and checked against a replaceWhere), stage, record, commit."""
+        reader = as_reader(data, snapshot.schema if snapshot is not None else None)
+        plan = plan_write(self.location, snapshot, reader.schema, options)
+        if plan.context is None:
+            return None
+        txn = open_write(plan, self.location, snapshot, hooks=self.hooks, on_commit=self._remember)
+        if txn is None:
+            return None
+        with txn:
+            written = plan.context.write(pa.RecordBatchReader.from_batches(reader.schema, plan.check_rows(reader)), store=self.store)
+            result = stage_write(txn, plan, written.files, ArrowRemoval(txn))
+            if result is None:
+                return None
+            txn.set_operation_metrics(**result.metrics)
         return txn.result
+
+    def plan_write(self, data_schema: pa.Schema, options: WriteOptions, *, table_schema: pa.Schema | str | None = None) -> WritePlan:
+        """The core write planner's plan (:func:`txnlog.dml.plan_write`) for rows of
+        ``data_schema`` written to this table as it is now (or to a new table, with
+        ``table_schema``, default the data's). Engines write the files the plan says, then
+        commit through :meth:`open_write` and :func:`txnlog.dml.stage_write`."""
+        return plan_write(self.location, self._snapshot_if_any(), data_schema, options, table_schema=table_schema)
+
+    def open_write(self, plan: WritePlan, *, latest: bool = False) -> OptimisticTransaction | None:
+        """The transaction committing ``plan`` (:func:`txnlog.dml.open_write`): reading the
+        version it was planned on, or with ``latest`` the table as it is now (a stream's later
+        batch, whose files were written for the planned schema); None when its app version is
+        already committed."""
+        if latest:
+            snapshot = self._snapshot_if_any()
+        else:
+            snapshot = self.snapshot(version=plan.read_version) if plan.read_version >= 0 else None
+        return open_write(plan, self.location, snapshot, hooks=self.hooks, on_commit=self._remember)
 
     # -- row-level changes ------------------------------------------------------------------
     #
-    # Each opens a transaction, stages the change with txnlog.dml, and commits. A change that
-    # touches no row commits nothing and returns None (as append() does when skipped); the
-    # metrics are in the commit's operationMetrics (``history(1)[0]``), not returned.
+    # Each opens a transaction, plans the change and runs it with txnlog.dml, records the plan's
+    # parameters and the metrics in the commit, and commits. A change that touches no row
+    # commits nothing and returns None (as append() does when skipped); the metrics are in the
+    # commit's operationMetrics (``history(1)[0]``), not returned.
 
     def delete(self, predicate: str, *, isolation: IsolationLevel | str | None = None) -> CommitResult | None:
         """``DELETE WHERE predicate`` (SQL over the table's columns); the committed version, or
         None when no row matched. Deletion vectors where the table enables them, else the files
         holding a matching row are rewritten."""
         with self.transaction("DELETE", isolation) as txn:
-            return self._commit_if_changed(txn, dml.delete(txn, predicate))
+            plan = RowChangePlan.delete(dml_snapshot(txn, "delete"), predicate, config=txn.table_configuration)
+            return self._commit_if_changed(txn, plan.parameters, dml.run_row_change(txn, plan))
 
     def update(
         self, predicate: str | None = None, set: Mapping[str, str] | None = None, *, isolation: IsolationLevel | str | None = None  # noqa: A002
@@ -250,7 +321,8 @@ class Table:
         None); ``set`` maps columns to SQL expressions over the row. The committed version, or
         None when no row matched."""
         with self.transaction("UPDATE", isolation) as txn:
-            return self._commit_if_changed(txn, dml.update(txn, predicate, set or {}))
+            plan = RowChangePlan.update(dml_snapshot(txn, "update"), predicate, set or {}, config=txn.table_configuration)
+            return self._commit_if_changed(txn, plan.parameters, dml.run_row_change(txn, plan))
 
     def optimize(self, predicate: str | None = None, *, min_files: int = 2) -> CommitResult | None:
         """``OPTIMIZE`` (compaction): rewrite the small files of each partition holding rows that
@@ -261,7 +333,7 @@ class Table:
         every row keeps its row id, so concurrent merge-on-read DML commits through it (see
         docs/concurrency.md). The committed version, or None when there was nothing to compact."""
         with self.transaction("OPTIMIZE") as txn:
-            return self._commit_if_changed(txn, dml.compact(txn, predicate, min_files=min_files))
+            return self._commit_if_changed(txn, {}, dml.compact(txn, predicate, min_files=min_files))
 
     def merge(
         self,
@@ -282,17 +354,22 @@ class Table:
         two source rows match raises DuplicateMatchError before anything is written. The
         committed version, or None when nothing changed."""
         with self.transaction("MERGE", isolation) as txn:
-            result = dml.merge(
-                txn, source, on, when_matched_update=when_matched_update, when_matched_delete=when_matched_delete,
-                when_not_matched_insert=when_not_matched_insert,
-            )
-            return self._commit_if_changed(txn, result)
+            rows = source_table(source)
+            plan = MergePlan.of(dml_snapshot(txn, "merge"), rows.column_names, on, when_matched_update=when_matched_update,
+                                when_matched_delete=when_matched_delete, when_not_matched_insert=when_not_matched_insert,
+                                config=txn.table_configuration)
+            return self._commit_if_changed(txn, plan.parameters, dml.run_merge(txn, plan, rows))
 
     @staticmethod
-    def _commit_if_changed(txn: OptimisticTransaction, result: DmlResult) -> CommitResult | None:
+    def _commit_if_changed(txn: OptimisticTransaction, parameters: Mapping[str, Any],
+                           result: RowChangeMetrics | MergeMetrics | DmlResult) -> CommitResult | None:
+        """Record what the plan and its run say in the commit, and commit; None (and no commit)
+        when nothing changed."""
         if not result.changed:
             txn.abort()
             return None
+        txn.operation_parameters.update(parameters)
+        txn.set_operation_metrics(**result.operation_metrics())
         return txn.commit()
 
     # -- history and time -------------------------------------------------------------------

@@ -20,12 +20,23 @@ from typing import TypeVar
 import pyarrow as pa
 
 from txnlog import properties as props
+from txnlog.errors import InvalidArgumentError, LogCorruptError
 from txnlog.file_facts import ColumnPath, partition_fields, physical_path, physical_schema, stats_columns
 from txnlog.file_facts import physical_name as _physical_name
 from txnlog.log.actions import Metadata, Protocol
 from txnlog.log.features import check_readable, check_writable, writer_features
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RowIdColumns:
+    """Where a table with row tracking keeps the stable ids of rows written again: the hidden
+    data-file columns of each row's id and commit version (``delta.rowTracking.materialized*``).
+    A null in them means "the file's default": ``baseRowId`` + position, ``defaultRowCommitVersion``."""
+
+    row_id: str
+    row_commit_version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +188,35 @@ class TableConfiguration:
         return props.ROW_COMMIT_VERSION_COLUMN.get(self.metadata.configuration) or None
 
     @property
+    def row_ids_preserved(self) -> bool:
+        """Rows keep their stable ids when written again (row tracking enabled): a copied row
+        keeps its id and commit version, an updated row its id, an inserted row gets new ones.
+        Every rewrite (DML, compaction, in Python or Spark) asks this, then :meth:`row_id_columns`."""
+        return self.row_tracking_enabled
+
+    def row_id_columns(self, where: str) -> RowIdColumns:
+        """The hidden columns stable ids are read from and written to. InvalidArgumentError when
+        the table's rows have no stable ids (row tracking not enabled); LogCorruptError when row
+        tracking is enabled but the metadata names no materialized column (every writer must
+        name them when it enables row tracking; without them an id cannot be kept)."""
+        if not self.row_ids_preserved:
+            raise InvalidArgumentError(
+                f"{where} does not have row tracking enabled ({props.ENABLE_ROW_TRACKING.key}): its rows have no stable ids"
+            )
+        conf = self.metadata.configuration
+        missing = [p.key for p in (props.ROW_ID_COLUMN, props.ROW_COMMIT_VERSION_COLUMN) if not p.get(conf)]
+        if missing:
+            raise LogCorruptError(
+                f"{where} has row tracking enabled but its metadata does not name {' nor '.join(missing)}: "
+                "the hidden columns that keep a rewritten row's stable id (the writer that enabled row tracking must set them)"
+            )
+        return RowIdColumns(props.ROW_ID_COLUMN.get(conf), props.ROW_COMMIT_VERSION_COLUMN.get(conf))
+
+    def preserved_row_id_columns(self, where: str) -> RowIdColumns | None:
+        """:meth:`row_id_columns` when the table preserves row ids, else None."""
+        return self.row_id_columns(where) if self.row_ids_preserved else None
+
+    @property
     def change_data_feed_enabled(self) -> bool:
         """Writers must record change data for removed or changed rows. Read from the property
         alone, as writers have always honoured it: a table that asks for it gets it."""
@@ -208,4 +248,4 @@ class TableConfiguration:
         return props.CHECKPOINT_POLICY.get(self.metadata.configuration)
 
 
-__all__ = ["TableConfiguration"]
+__all__ = ["RowIdColumns", "TableConfiguration"]

@@ -147,10 +147,10 @@ def test_merge_conditions_and_null_semantics(tmp_path: Path, dv: bool) -> None:
 def test_merge_prunes_target_files_by_the_source_key_range(tmp_path: Path) -> None:
     table = _table(tmp_path, dv=True)
     with table.transaction("MERGE") as txn:
-        dml.merge(txn, pa.table({"id": [12, 14], "v": [1, 2]}), "id", when_matched_update={"v": "s.v"})
+        metrics = dml.merge(txn, pa.table({"id": [12, 14], "v": [1, 2]}), "id", when_matched_update={"v": "s.v"})
         assert [str(p) for p in txn.read_predicates] == ["FilePredicate('`id` >= 12 AND `id` <= 14')"]
     assert _ids(table) == list(range(20))
-    assert _metrics(table)["numTargetDeletionVectorsAdded"] == 1  # the file of ids 10..19 only
+    assert metrics.files.vectors.added == 1  # the file of ids 10..19 only
 
 
 @pytest.mark.parametrize("dv", [True, False], ids=["dv", "cow"])

@@ -186,3 +186,26 @@ def test_spark_rewrites_keep_stable_row_ids(spark: Any, tmp_path: Any, dv: bool)
     assert after[10][1] == after[11][1] == after[50][1] == int(merged)
     assert all(after[i] == after_update[i] for i in after if i not in (10, 11, 50))
     assert after[50][0] not in {v[0] for v in before.values()}  # an inserted row gets a new id
+
+
+def test_spark_refuses_a_rewrite_it_cannot_keep_the_row_ids_of_as_python_does(spark: Any, tmp_path: Any) -> None:
+    """Row tracking enabled, but no materialized column names in the metadata: Spark used to
+    rewrite the rows with new ids, silently; now it raises the error Python raises."""
+    from tests.broken_tables import row_tracking_without_column_names
+
+    uri = str(tmp_path / "t")
+    table = row_tracking_without_column_names(tmp_path / "t")
+    version = table.latest_version()
+    statements = [
+        lambda tx: tx.update("id = 1", {"v": "v + 1"}),
+        lambda tx: tx.delete("id = 1"),
+    ]
+    for statement in statements:
+        with pytest.raises(txnlog.errors.LogCorruptError, match="materializedRowIdColumnName"), ts.transaction(spark, uri, "DML") as tx:
+            statement(tx)
+    source = spark.createDataFrame([(1, 5)], "id long, v long")
+    with pytest.raises(txnlog.errors.LogCorruptError, match="materializedRowIdColumnName"):
+        merge(spark, uri, source, on="id", when_matched_update="*")
+    with pytest.raises(txnlog.errors.LogCorruptError, match="materializedRowIdColumnName"):
+        table.update("id = 1", {"v": "v + 1"})
+    assert table.latest_version() == version

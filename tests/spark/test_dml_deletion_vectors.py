@@ -325,60 +325,6 @@ def test_small_statements_find_their_rows_on_the_driver(spark: Any, tmp_path: Pa
     assert metrics["numTargetFilesScanned"] == 2  # of the three files, only two hold a source key
 
 
-@pytest.mark.parametrize(
-    ("predicate", "on_driver"),
-    [
-        ("key % 1000 = 7", True),
-        ("name LIKE 'a%' AND key IN (1, 2)", True),
-        ("coalesce(name, 'z') = 'z' OR key IS NULL", True),
-        ("key % 0 = 1", False),  # Spark fails: a remainder by zero
-        ("small + 1 < 0", False),  # Spark fails on overflow
-        ("name = 5", False),  # Spark casts the strings to numbers, failing on 'abc'
-        ("upper(name) = 'ABC'", False),  # Java's and Arrow's case tables differ
-        ("name ILIKE 'a%'", False),
-        ("key / 3 = 0.3333", False),  # a double
-        ("trim(name) = 'a'", False),  # Spark trims spaces only
-    ],
-)
-def test_only_conditions_spark_computes_alike_run_on_the_driver(tmp_path: Any, predicate: str, on_driver: bool) -> None:
-    from txnlog.spark.driver import spark_agrees
-
-    data = pa.table({"key": pa.array([1, 2], pa.int64()), "small": pa.array([2**31 - 1, 0], pa.int32()), "name": ["abc", None]})
-    table = txnlog.Table.create(str(tmp_path / "t"), data.schema)
-    snapshot = table.snapshot()
-    assert spark_agrees(snapshot, snapshot.predicate(predicate)) is on_driver
-
-
-@pytest.mark.parametrize(
-    ("on", "clauses", "source_types", "on_driver"),
-    [
-        ("key", {"when_matched_update": "*", "when_not_matched_insert": "*"}, {}, True),
-        ("key", {"when_matched_update": {"name": "concat(s.name, t.name)"}, "when_matched_delete": "s.name IS NULL"}, {}, True),
-        ("key", {"when_matched_update": {"name": "'gone'", "small": "NULL"}}, {"name": pa.large_string()}, True),
-        ("key", {"when_matched_update": {"small": "s.small + 1"}}, {}, False),  # Spark fails on overflow
-        ("key", {"when_matched_update": {"small": "s.key"}}, {}, False),  # a narrowing cast
-        ("key", {"when_matched_update": {"small": "0"}}, {}, False),  # numbers: Spark's own casts
-        ("key", {"when_matched_update": {"name": "upper(s.name)"}}, {}, False),
-        ("key", {"when_matched_update": {"name": "name"}}, {}, False),  # ambiguous: Spark refuses it
-        ("key", {"when_not_matched_insert": "*"}, {"key": pa.int32()}, False),  # Spark widens the key
-        ("t.key = s.key AND s.small > 0", {"when_matched_delete": True}, {}, False),  # a residual condition
-        ("score", {"when_matched_delete": True}, {}, False),  # floating point keys: NaN equals NaN in Spark
-    ],
-)
-def test_only_merges_spark_computes_alike_run_on_the_driver(
-    on: str, clauses: dict[str, Any], source_types: dict[str, pa.DataType], on_driver: bool
-) -> None:
-    from txnlog.dml import MergeCondition, assignments
-    from txnlog.spark.driver import merge_agrees
-
-    target = pa.schema({"key": pa.int64(), "small": pa.int32(), "name": pa.string(), "score": pa.float64()})
-    source = pa.schema([pa.field(f.name, source_types.get(f.name, f.type)) for f in target])
-    updates = assignments("when_matched_update", clauses.get("when_matched_update"), target.names, source.names)
-    inserts = assignments("when_not_matched_insert", clauses.get("when_not_matched_insert"), target.names, source.names)
-    agrees = merge_agrees(target, source, MergeCondition.parse(on), updates, inserts, clauses.get("when_matched_delete", False))
-    assert agrees is on_driver
-
-
 def test_a_merge_on_the_driver_gives_spark_s_answer_where_arrow_alone_would_differ(spark: Any, tmp_path: Path, dml_regime: str) -> None:
     """Source types that differ from the target's (an int key, a double for a long column)
     leave the MERGE to Spark in both regimes, with Spark's widening and casting."""

@@ -13,8 +13,10 @@ pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 
 from txnlog import Table  # noqa: E402
+from txnlog.dml import MergePlan  # noqa: E402
+from txnlog.dml.clauses import MergeCondition  # noqa: E402
 from txnlog.errors import ConcurrentAppendError, ConcurrentDeleteReadError, DuplicateMatchError, InvalidArgumentError  # noqa: E402
-from txnlog.spark.merge import MergeCondition, merge, merge_into  # noqa: E402
+from txnlog.spark.merge import merge, merge_into  # noqa: E402
 
 # Every test in both regimes: rows found on the driver (small statements) and in Spark.
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("dml_regime")]
@@ -223,11 +225,13 @@ def test_driver_scan_bound_that_is_not_a_number_is_refused_naming_the_conf(spark
             spark.conf.set(DRIVER_SCAN_CELLS_CONF, before)
 
 
-def test_merge_clause_columns_are_found_by_the_parser_or_all_are_read() -> None:
-    from txnlog.spark.driver import referenced_columns
+def test_merge_clause_columns_are_found_by_the_parser_or_all_are_read(tmp_path) -> None:
+    table = Table.create(str(tmp_path / "t"), pa.schema([("id", pa.int64()), ("amount", pa.float64()), ("name", pa.string()), ("tags", pa.list_(pa.int64()))]))
 
-    columns = ["id", "amount", "name"]
-    assert referenced_columns(["t.id = s.id", "t.amount + s.amount"], columns) == ["id", "amount"]
-    assert referenced_columns(["t.id = s.id", "some_spark_function(t.name) > 0"], columns) == ["id", "name"]
+    def read(condition: str) -> list[str]:
+        return MergePlan.of(table.snapshot(), ["id", "amount"], "t.id = s.id", when_matched_delete=condition, strict=False).columns_changed()
+
+    assert read("t.amount + s.amount > 0") == ["id", "amount"]
+    assert read("some_spark_function(t.name) > 0") == ["id", "name"]
     # SQL txnlog's parser refuses (a lambda) is Spark's to evaluate: every column may be read.
-    assert referenced_columns(["t.id = s.id", "exists(t.tags, x -> x = s.id)"], columns) == columns
+    assert read("exists(t.tags, x -> x = s.id)") == ["id", "amount", "name", "tags"]

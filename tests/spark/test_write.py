@@ -307,7 +307,7 @@ def test_an_empty_append_commits_nothing_and_an_empty_overwrite_removes_the_rows
 def test_the_driver_checks_the_schema_without_opening_the_store(spark: Any, tmp_path: Path) -> None:
     from txnlog.log.actions import Metadata
     from txnlog.schema import arrow_to_delta_schema
-    from txnlog.spark.writer import check_schema
+    from txnlog.spark.tasks import check_schema
 
     schema_string = arrow_to_delta_schema(pa.schema([("id", pa.int64()), ("name", pa.string())]))
     good = spark.createDataFrame([(1, "a")], "id long, name string")

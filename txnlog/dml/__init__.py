@@ -1,34 +1,71 @@
-"""Row-level DML over Arrow: DELETE, UPDATE and MERGE for tables that fit one machine.
+"""Row-level DML over Arrow (DELETE, UPDATE, MERGE) and the write planner: plans, and the Python
+executor of each.
 
-Each function stages its changes in an open transaction (the caller commits) and returns a :class:`DmlResult`: the
-operation metrics it records in ``commitInfo`` (delta-spark's names). Tables with
-``delta.enableDeletionVectors=true`` are changed merge-on-read (deletion vectors), the others
-copy-on-write. :class:`txnlog.Table`'s ``delete``, ``update`` and ``merge`` wrap these in a
-transaction of their own, as ``optimize`` wraps :func:`compact` (OPTIMIZE). The MERGE clauses (:class:`MergeCondition`, :func:`merge_parameters`,
-:func:`assignments`, :func:`key_range_predicate`) are shared with ``txnlog.spark.merge``.
+A plan (:class:`RowChangePlan`, :class:`MergePlan`, :class:`WritePlan`) is a frozen value holding
+everything decided before any row is read; an executor only runs one. This package's executors
+run on Arrow in this process (``run_row_change``, ``run_merge``, ``stage_write``);
+``txnlog.spark`` runs the same plans on a cluster. Executors stage their changes in an open
+transaction and return a metrics value (:class:`RowChangeMetrics`, :class:`MergeMetrics`) that
+the transaction's owner records with the plan's parameters: :class:`txnlog.Table`'s ``delete``,
+``update`` and ``merge`` do both in a transaction of their own. ``delete``, ``update`` and
+``merge`` here plan and run in the caller's transaction.
 """
 
-from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_bounds, key_range_predicate, merge_parameters, quote_name
+from txnlog.dml.change_data import ChangeData
 from txnlog.dml.compaction import compact, plan_bins
-from txnlog.dml.operations import DmlResult, Metrics, delete, matching_positions, merge, rows_with_keys, update
+from txnlog.dml.merging import SOURCE_ROW, KeyMatcher, merge, run_merge
+from txnlog.dml.metrics import DmlResult, FileCounts, MergeMetrics, RowChangeMetrics, Timing, live_rows
+from txnlog.dml.plans import MergeClause, MergePlan, RowChangePlan, SqlExpression
 from txnlog.dml.pruning import merge_candidates
+from txnlog.dml.rows import delete, find_rows, run_row_change, update
+from txnlog.dml.writes import (
+    MODES,
+    ArrowRemoval,
+    RowRemoval,
+    WriteOptions,
+    WritePlan,
+    WriteResult,
+    evolved_schema,
+    files_table,
+    open_write,
+    plan_write,
+    rows_matching,
+    stage_write,
+)
 
 __all__ = [
-    "Assignments",
+    "MODES",
+    "SOURCE_ROW",
+    "ArrowRemoval",
+    "ChangeData",
     "DmlResult",
-    "MergeCondition",
-    "Metrics",
-    "assignments",
+    "FileCounts",
+    "KeyMatcher",
+    "MergeClause",
+    "MergeMetrics",
+    "MergePlan",
+    "RowChangeMetrics",
+    "RowChangePlan",
+    "RowRemoval",
+    "SqlExpression",
+    "Timing",
+    "WriteOptions",
+    "WritePlan",
+    "WriteResult",
     "compact",
     "delete",
-    "key_bounds",
-    "key_range_predicate",
-    "matching_positions",
+    "evolved_schema",
+    "files_table",
+    "find_rows",
+    "live_rows",
     "merge",
     "merge_candidates",
-    "merge_parameters",
+    "open_write",
     "plan_bins",
-    "quote_name",
-    "rows_with_keys",
+    "plan_write",
+    "rows_matching",
+    "run_merge",
+    "run_row_change",
+    "stage_write",
     "update",
 ]

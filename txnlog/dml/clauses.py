@@ -1,6 +1,6 @@
-"""The clauses of a MERGE, as both engines take them: the ON condition, the update and insert
-assignments, the commit's ``operationParameters``, and the source's key range as a predicate on
-the target. ``txnlog.spark.merge`` and :func:`txnlog.dml.merge` share these.
+"""The pieces of a MERGE's clauses that :class:`~txnlog.dml.plans.MergePlan` is built from: the
+ON condition, the update and insert assignments, and the source's key range as a predicate on
+the target.
 
 Conditions and expressions are SQL over two aliases: ``t`` (the target) and ``s`` (the source).
 """
@@ -162,24 +162,4 @@ def assignments(what: str, value: Assignments, columns: Sequence[str], source_co
     return out
 
 
-def merge_parameters(
-    on: str | Sequence[str], when_matched_update: Assignments, when_matched_delete: bool | str, when_not_matched_insert: Assignments
-) -> dict[str, Any]:
-    """The MERGE commit's ``operationParameters`` in delta-spark's form: ``predicate`` the list
-    of ON conditions, and per clause kind the list of clauses in the order they apply, each
-    ``{"predicate": condition, "actionType": ...}`` (no ``predicate`` when unconditional). A
-    matched row is deleted before it is updated, so the delete clause comes first."""
-    matched: list[dict[str, str]] = []
-    if when_matched_delete:
-        matched.append({"actionType": "delete"} if when_matched_delete is True else {"predicate": str(when_matched_delete), "actionType": "delete"})
-    if when_matched_update is not None:
-        matched.append({"actionType": "update"})
-    return {
-        "predicate": [MergeCondition.parse(on).sql],
-        "matchedPredicates": matched,
-        "notMatchedPredicates": [{"actionType": "insert"}] if when_not_matched_insert is not None else [],
-        "notMatchedBySourcePredicates": [],
-    }
-
-
-__all__ = ["Assignments", "MergeCondition", "assignments", "key_range_predicate", "merge_parameters", "quote_name"]
+__all__ = ["Assignments", "MergeCondition", "assignments", "key_bounds", "key_range_predicate", "quote_name"]

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txnlog import properties as props
-from txnlog.dml.operations import DmlResult, Metrics
+from txnlog.dml.metrics import DmlResult, Metrics
 from txnlog.errors import InvalidArgumentError
 from txnlog.file_facts import parse_stats
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID

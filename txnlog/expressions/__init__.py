@@ -13,12 +13,15 @@ stats (skipping) and on rows (filtering).
   for DML's SET clauses and MERGE conditions, parsed by :func:`parse_value`, computed on Arrow.
 - :mod:`~txnlog.expressions.foreign`: filters in other libraries' forms (pyarrow expressions, DNF
   tuples) translated into the tree.
+- :mod:`~txnlog.expressions.portable`: whether an expression computes the same in any ANSI SQL
+  engine as here (an engine may then hand a small statement to txnlog's evaluator).
 - :class:`FilePredicate`: all of it for one table, parsed and bound once.
 """
 
 from txnlog.expressions.binding import MAX_PREDICATE_TERMS, BoundExpression, bind
 from txnlog.expressions.foreign import Filter, approximate_arrow, arrow_columns, as_expression, from_arrow, from_dnf
 from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse, parse_value
+from txnlog.expressions.portable import Portability, portable_equality
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.rows import RowFilter, row_filter
 from txnlog.expressions.stats import may_match
@@ -105,6 +108,7 @@ __all__ = [
     "Opaque",
     "Operation",
     "Or",
+    "Portability",
     "Reference",
     "RowFilter",
     "ValueExpression",
@@ -140,6 +144,7 @@ __all__ = [
     "or_",
     "parse",
     "parse_value",
+    "portable_equality",
     "row_filter",
     "starts_with",
     "target_columns_read",

@@ -241,12 +241,8 @@ class ReadContext:
     def _row_tracking(self, row_id: str | None, row_commit_version: str | None) -> _RowTracking | None:
         if row_id is None and row_commit_version is None:
             return None
-        config = self.table_configuration
-        if not config.row_tracking_enabled:
-            raise InvalidArgumentError(
-                f"table {self.table_uri} does not have row tracking enabled (delta.enableRowTracking): its rows have no stable ids"
-            )
-        return _RowTracking(row_id, row_commit_version, config.materialized_row_id_column, config.materialized_row_commit_version_column)
+        columns = self.table_configuration.row_id_columns(f"table {self.table_uri}")
+        return _RowTracking(row_id, row_commit_version, columns.row_id, columns.row_commit_version)
 
     def _file_batches(
         self,

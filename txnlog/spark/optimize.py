@@ -41,7 +41,7 @@ from txnlog.dml import plan_bins
 from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
 from txnlog.spark.common import column
 from txnlog.spark.reader import read_files
-from txnlog.spark.writer import tracks_row_ids, write_files
+from txnlog.spark.tasks import write_files
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def optimize(
         try:
             ctx = WriteContext.for_snapshot(snapshot, storage_options=table.storage_options, target_file_size=target)
             # Under row tracking, every row keeps its stable id and commit version.
-            row_ids = tracks_row_ids(snapshot.table_configuration)
+            row_ids = snapshot.table_configuration.row_ids_preserved
             df = read_files(spark, snapshot, inputs, with_row_ids=row_ids)
             # All rows of a partition in one task, so each comes back as files of about the
             # target size (not one file per input task).

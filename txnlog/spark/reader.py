@@ -338,12 +338,7 @@ def _row_tracking_columns(snapshot: Snapshot, files: pa.Table) -> tuple[str, str
     """The materialized row-id and row-commit-version columns of the table, after checking that
     its rows have stable ids: row tracking enabled, every file with its ``baseRowId`` and
     ``defaultRowCommitVersion``."""
-    config = snapshot.table_configuration
-    id_column, version_column = config.materialized_row_id_column, config.materialized_row_commit_version_column
-    if not config.row_tracking_enabled or not id_column or not version_column:
-        raise InvalidArgumentError(
-            f"table {snapshot.uri} does not have row tracking enabled (delta.enableRowTracking): its rows have no stable ids"
-        )
+    columns = snapshot.table_configuration.row_id_columns(f"table {snapshot.uri}")
     taken = {f.name.lower() for f in snapshot.schema}
     for name in (ROW_ID, ROW_COMMIT_VERSION):
         if name in taken:
@@ -353,7 +348,7 @@ def _row_tracking_columns(snapshot: Snapshot, files: pa.Table) -> tuple[str, str
         if missing.num_rows:
             path = missing.column("path")[0].as_py()
             raise LogCorruptError(f"data file {path} of table {snapshot.uri} has no {name}, yet the table has row tracking enabled")
-    return id_column, version_column
+    return columns.row_id, columns.row_commit_version
 
 
 __all__ = ["FILE_COLUMN", "ROW_INDEX_COLUMN", "read", "read_files"]

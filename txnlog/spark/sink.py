@@ -186,7 +186,7 @@ class ForeachBatchSink:
                 txn.abort()
                 self._skip(batch_id)
                 return None
-            merge_into(
+            metrics = merge_into(
                 txn,
                 batch_df.sparkSession,
                 batch_df,
@@ -195,6 +195,7 @@ class ForeachBatchSink:
                 when_matched_delete=self.when_matched_delete,
                 when_not_matched_insert=self.when_not_matched_insert,
             )
+            txn.set_operation_metrics(**metrics.operation_metrics())
             txn.set_app_transaction(self.app_id, batch_id)
         assert txn.result is not None
         return int(txn.result)

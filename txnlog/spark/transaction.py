@@ -10,7 +10,6 @@ for vacuum. A lost race that conflicts raises one of the :mod:`txnlog.errors` co
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -19,23 +18,13 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from txnlog import AddFile, CommitResult, IsolationLevel, OptimisticTransaction, Table
-from txnlog.errors import FileNotLiveError, InvalidArgumentError, InvalidArgumentTypeError, TransactionError
-from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
-from txnlog.spark.common import column, require_dataframe
+from txnlog.dml import RowChangePlan, files_table
+from txnlog.errors import FileNotLiveError, InvalidArgumentTypeError, TransactionError
+from txnlog.spark.change_data import ChangeRows
+from txnlog.spark.common import require_dataframe
 from txnlog.spark.reader import read_files
-from txnlog.spark.writer import (
-    ChangeRows,
-    check_schema,
-    dropped_vectors,
-    files_table,
-    live_rows,
-    matching_files,
-    remove_where,
-    row_delete_metrics,
-    rows_to_mark,
-    tracks_row_ids,
-    write_files,
-)
+from txnlog.spark.row_changes import StagedRows, run_delete, run_update
+from txnlog.spark.tasks import check_schema, write_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,12 +59,6 @@ class SparkTransaction:
         """The committed version, once the ``with`` block has committed."""
         return self.txn.result
 
-    def _record_predicate(self, predicate: str) -> None:
-        """Name the rows a DELETE or UPDATE chose in the commit's ``operationParameters``, as
-        delta-spark does: ``predicate`` is the JSON list of every such condition, in order."""
-        self._predicates.append(predicate)
-        self.txn.operation_parameters["predicate"] = list(self._predicates)
-
     def _live(self) -> pa.Table:
         return self._view if self._view is not None else self.snapshot.files()
 
@@ -98,6 +81,15 @@ class SparkTransaction:
         for name, value in metrics.items():
             self._metrics[name] = self._metrics.get(name, 0) + int(value)
         self.txn.set_operation_metrics(**self._metrics)
+
+    def _count_statement(self, staged: StagedRows) -> None:
+        """Stage a DELETE's or UPDATE's files in the view and add its metrics (the commit's
+        file and output counts stay the transaction's own)."""
+        self._staged(staged.removed, staged.added)
+        if staged.new_files is not None:
+            self._staged(added=staged.new_files)
+        metrics = staged.metrics.operation_metrics()
+        self._count({k: v for k, v in metrics.items() if k not in _COMMIT_COUNTS})
 
     # -- reads: recorded ---------------------------------------------------------------------
 
@@ -201,98 +193,33 @@ class SparkTransaction:
         self._staged(removed=chosen)
         self._count({"numRemovedFiles": chosen.num_rows})
 
+    def _plan(self, plan: RowChangePlan) -> RowChangePlan:
+        """Name the rows a DELETE or UPDATE chose in the commit's ``operationParameters``, as
+        delta-spark does: ``predicate`` is the JSON list of every such condition, in order."""
+        self._predicates.append(plan.predicate)
+        self.txn.operation_parameters["predicate"] = list(self._predicates)
+        return plan
+
     def delete(self, predicate: str) -> int:
         """Delete the rows matching ``predicate``. Files whose partition values match are
         removed; in a file also holding other rows, the matching rows are marked in its deletion
         vector where the table enables them (``delta.enableDeletionVectors``), else the file is
         rewritten without them (copy-on-write). Returns how many file entries were removed (a
         file whose vector grew counts: its old entry is replaced)."""
-        started = time.monotonic()
-        self._record_predicate(predicate)
-        removal = remove_where(self.spark, self.txn, predicate, files=self._live(), changes=self._changes)
-        self._staged(removal.removed, removal.added)
-        self._count({**removal.metrics, "executionTimeMs": _elapsed_ms(started)})
-        return int(removal.removed.num_rows)
+        plan = self._plan(RowChangePlan.delete(self.snapshot, predicate, config=self.txn.table_configuration))
+        staged = run_delete(self.spark, self.txn, plan, files=self._live(), changes=self._changes)
+        self._count_statement(staged)
+        return int(staged.removed.num_rows)
 
     def update(self, predicate: str, set: Mapping[str, str]) -> int:  # noqa: A002 - the SQL word
         """``UPDATE ... SET col = expr WHERE predicate``. ``set`` maps column names to Spark SQL
         expressions over the row. Where the table enables deletion vectors, the old rows are
         marked deleted and only their new versions are written; otherwise (copy-on-write) each
         file holding a matching row is rewritten. Returns how many file entries were replaced."""
-        if not set:
-            raise InvalidArgumentError("update() needs at least one column in set")
-        started = time.monotonic()
-        snapshot = self.snapshot
-        names = {f.name.lower(): f.name for f in snapshot.schema}
-        for target in set:
-            if target.lower() not in names:
-                raise InvalidArgumentError(f"update() sets column {target!r}, which table {snapshot.uri} does not have")
-        self._record_predicate(predicate)
-        self.txn.filter_files(predicate)  # records the read
-        candidates = snapshot.predicate(predicate).filter(self._live())
-        matches = F.coalesce(F.expr(predicate), F.lit(False))
-        new_values = {names[c.lower()]: e for c, e in set.items()}
-        merge_on_read = self.txn.table_configuration.deletion_vectors_enabled
-        if merge_on_read:
-            hit, positions = rows_to_mark(self.spark, snapshot, candidates, predicate)
-        else:
-            hit, matched = matching_files(self.spark, snapshot, candidates, matches) if candidates.num_rows else (candidates, 0)
-        scanned = time.monotonic()
-        if hit.num_rows == 0:
-            self._count({"numUpdatedRows": 0, "numCopiedRows": 0, "executionTimeMs": _elapsed_ms(started)})
-            return 0
-        row_ids = tracks_row_ids(self.txn.table_configuration)
-        source = read_files(self.spark, snapshot, hit, with_row_ids=row_ids)
-        types = {f.name: f.dataType for f in source.schema.fields}
-        table_columns = [f.name for f in snapshot.schema]
-        # An updated row keeps its stable id; its commit version becomes this commit's.
-        new_version = F.lit(None).cast("long").alias(ROW_COMMIT_VERSION)
-
-        def new_value(c: str, condition: Any) -> Any:
-            value = F.expr(new_values[c]).cast(types[c])
-            return (F.when(condition, value).otherwise(column(c)) if condition is not None else value).alias(c)
-
-        new_rows = source.filter(matches).select(
-            *[new_value(c, None) if c in new_values else column(c) for c in table_columns], *([column(ROW_ID), new_version] if row_ids else [])
-        )
-        self._changes.require(lambda: source.filter(matches), "update_preimage")
-        self._changes.require(lambda: new_rows, "update_postimage")
-        if merge_on_read:
-            # only the new versions of the updated rows
-            adds = self._write(new_rows, inserted=False, preserve_row_ids=row_ids)
-            deletes = self.txn.delete_rows(hit, positions)
-            self._staged(deletes.removed, deletes.added)
-            metrics = row_delete_metrics(deletes)
-            metrics["numUpdatedRows"] = metrics.pop("numDeletedRows")
-            removed = deletes.removed
-        else:
-            versions = [column(ROW_ID), F.when(matches, F.lit(None).cast("long")).otherwise(column(ROW_COMMIT_VERSION)).alias(ROW_COMMIT_VERSION)]
-            rewritten = source.select(*[new_value(c, matches) if c in new_values else column(c) for c in table_columns], *(versions if row_ids else []))
-            self.txn.remove_files(hit)
-            self._staged(removed=hit)
-            adds = self._write(rewritten, inserted=False, preserve_row_ids=row_ids)
-            written = live_rows(files_table(adds))
-            metrics = {
-                "numRemovedFiles": hit.num_rows,
-                "numRemovedBytes": int(pc.sum(hit.column("size")).as_py() or 0),
-                "numDeletionVectorsAdded": 0,
-                "numDeletionVectorsUpdated": 0,
-                "numDeletionVectorsRemoved": dropped_vectors(hit),
-                "numUpdatedRows": matched,
-            }
-            if written is not None:  # every live row of a rewritten file is written again
-                metrics["numCopiedRows"] = written - matched
-            removed = hit
-        self._count({
-            **metrics,
-            "numAddedFiles": len(adds),
-            "numAddedBytes": sum(a.size for a in adds),
-            "numAddedChangeFiles": 0,  # counted when written, before the commit
-            "scanTimeMs": _elapsed_ms(started, scanned),
-            "rewriteTimeMs": _elapsed_ms(scanned),
-            "executionTimeMs": _elapsed_ms(started),
-        })
-        return int(removed.num_rows)
+        plan = RowChangePlan.update(self.snapshot, predicate, set, config=self.txn.table_configuration, strict=False)
+        staged = run_update(self.spark, self.txn, self._plan(plan), files=self._live(), changes=self._changes)
+        self._count_statement(staged)
+        return int(staged.removed.num_rows)
 
     def overwrite(self, df: DataFrame, predicate: str | None = None) -> list[AddFile]:
         """Replace every row (or the rows matching ``predicate``, and then every row of ``df``
@@ -302,26 +229,27 @@ class SparkTransaction:
         check_schema(df, ctx)
         if predicate is None:
             self.txn.read_whole_table()
-            removed, added = self._live(), list[AddFile]()
+            removed = self._live()
             self.txn.remove_files(removed)
             self._changes.imply_files(removed, "delete")
-            files_metrics = {"numRemovedFiles": removed.num_rows}
+            self._staged(removed=removed)
+            self._count({"numRemovedFiles": removed.num_rows})
         else:
-            removal = remove_where(self.spark, self.txn, predicate, ctx=ctx, files=self._live(), changes=self._changes)
-            removed, added = removal.removed, removal.added
-            files_metrics = {k: removal.metrics.get(k, 0) for k in ("numRemovedFiles", "numAddedFiles")}
-        self._staged(removed, added)
+            plan = RowChangePlan.delete(self.snapshot, predicate, config=self.txn.table_configuration)
+            staged = run_delete(self.spark, self.txn, plan, ctx=ctx, files=self._live(), changes=self._changes)
+            self._staged(staged.removed, staged.added)
+            metrics = staged.metrics.operation_metrics()
+            self._count({k: metrics[k] for k in ("numRemovedFiles", "numAddedFiles")})
         adds = write_files(df, ctx, require=predicate)
         self.txn.add_files(adds)
         self._staged(added=adds)
         self._changes.imply_files(files_table(adds), "insert")
-        files_metrics["numAddedFiles"] = files_metrics.get("numAddedFiles", 0) + len(adds)
-        self._count(files_metrics)
+        self._count({"numAddedFiles": len(adds)})
         return adds
 
 
-def _elapsed_ms(start: float, end: float | None = None) -> int:
-    return int(((time.monotonic() if end is None else end) - start) * 1000)
+#: The commit's counts of its files and output, which the transaction computes from all of them.
+_COMMIT_COUNTS = ("numFiles", "numOutputBytes", "numOutputRows")
 
 
 @contextlib.contextmanager

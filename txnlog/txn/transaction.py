@@ -375,7 +375,7 @@ class OptimisticTransaction:
         """Declare that this commit's row changes are exactly the rows of the files it removes
         (deleted) and adds (inserted), as a change reader reads a version without cdc files: on
         a table with change data feed it may then remove and add data without cdc files. Only
-        for commits that move whole files and rewrite no row (RESTORE, as delta-spark's)."""
+        for commits that move whole files and rewrite no row (RESTORE, an overwrite of whole files)."""
         self._ensure_open()
         self._file_actions_are_the_changes = True
 

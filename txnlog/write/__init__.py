@@ -5,6 +5,7 @@ This ``__all__`` is what engines may use; the modules behind it are the core's o
 """
 
 from txnlog.write.changes import CHANGE_DATA_DIR, write_change_files
+from txnlog.write.conform import ColumnSpec, ConformSpec, Fill, RowKind
 from txnlog.write.context import WriteContext, WrittenFiles
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows, union_rows, write_deletion_vectors
 from txnlog.write.parquet import write_data_files
@@ -12,7 +13,11 @@ from txnlog.write.stats import StatsCollector, file_stats
 
 __all__ = [
     "CHANGE_DATA_DIR",
+    "ColumnSpec",
+    "ConformSpec",
+    "Fill",
     "RowDeletes",
+    "RowKind",
     "StatsCollector",
     "WriteContext",
     "WrittenFiles",

@@ -12,7 +12,8 @@ all write data files through it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from txnlog.log.file_actions import table_from_log_dicts
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.storage import LogStore, normalize_uri, open_store
 from txnlog.table_configuration import TableConfiguration
+from txnlog.write.conform import ConformSpec
 from txnlog.write.constraints import check_constraints, constraint_predicates
 from txnlog.write.parquet import as_reader, check_write_schema, write_data_files
 
@@ -130,6 +132,11 @@ class WriteContext:
     def file_size(self) -> int:
         return self.target_file_size if self.target_file_size is not None else self.table_configuration.target_file_size
 
+    @functools.cached_property
+    def conform_spec(self) -> ConformSpec:
+        """What each column of a written row holds (:mod:`txnlog.write.conform`)."""
+        return ConformSpec.for_configuration(self.table_configuration, self.table_uri)
+
     def constraints(self) -> list[tuple[str, FilePredicate]]:
         """The CHECK constraints and invariants rows must satisfy, parsed."""
         return constraint_predicates(self.schema, self.partition_columns, self.configuration)
@@ -151,7 +158,7 @@ class WriteContext:
             raise InvalidArgumentTypeError(f"check_schema takes a pyarrow Schema, got {type(data_schema).__name__}")
         self.constraints()
         check_write_schema(
-            data_schema,
+            self.conform_spec.conformed_schema(data_schema),
             table_schema=self.schema,
             partition_columns=self.partition_columns,
             configuration=self.configuration,
@@ -181,7 +188,7 @@ class WriteContext:
         neither, an updated row keeps its ``row_id`` and has a null ``row_commit_version``.
         """
         hidden = self._materialized_columns() if preserve_row_ids else None
-        reader = as_reader(data, self.schema)
+        reader = _conformed(as_reader(data, self.schema), self.conform_spec)
         constraints = self.constraints()
         if constraints:
             reader = _checked(reader, constraints)
@@ -202,17 +209,23 @@ class WriteContext:
 
     def _materialized_columns(self) -> dict[str, str]:
         """Data column -> hidden file column, for a write that preserves row ids."""
-        config = self.table_configuration
-        id_column, version_column = config.materialized_row_id_column, config.materialized_row_commit_version_column
-        if not config.row_tracking_enabled or not id_column or not version_column:
-            raise InvalidArgumentError(
-                f"preserve_row_ids: table {self.table_uri} does not have row tracking enabled (delta.enableRowTracking) "
-                "with its materialized column names"
-            )
+        columns = self.table_configuration.row_id_columns(f"table {self.table_uri}")
         for name in (ROW_ID, ROW_COMMIT_VERSION):
             if name.lower() in {f.name.lower() for f in self.schema}:
                 raise InvalidArgumentError(f"preserve_row_ids: table {self.table_uri} has a column {name!r} of its own")
-        return {ROW_ID: id_column, ROW_COMMIT_VERSION: version_column}
+        return {ROW_ID: columns.row_id, ROW_COMMIT_VERSION: columns.row_commit_version}
+
+
+def _conformed(reader: pa.RecordBatchReader, spec: ConformSpec) -> pa.RecordBatchReader:
+    """Each batch through the conform step (as inserted rows), as the writer streams."""
+    if not spec.missing(reader.schema.names):
+        return reader
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in reader:
+            yield spec.conform_batch(batch)
+
+    return pa.RecordBatchReader.from_batches(spec.conformed_schema(reader.schema), batches())
 
 
 def _checked(reader: pa.RecordBatchReader, constraints: Sequence[tuple[str, FilePredicate]]) -> pa.RecordBatchReader:

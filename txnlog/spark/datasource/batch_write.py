@@ -3,53 +3,38 @@
 Spark runs a Python data source's write in three processes, none of which holds the
 SparkSession: ``writer()`` plans (on the driver, before any task), ``write()`` runs in each task,
 ``commit()``/``abort()`` run once on the driver. A transaction object cannot travel between
-them, so the plan carries what the commit needs to redo exactly: the version the checks read
-and the metadata a new table or a merged schema gets (column mapping's physical names are drawn
-at random, so they are carried, not drawn again). The checks, the staging and the empty-commit
-rule are ``txnlog.spark.writer``'s, shared with ``txnlog.spark.write``.
+them, so the core write planner's :class:`~txnlog.dml.WritePlan` does: the version the checks
+read, the metadata a new table or a merged schema gets (column mapping's physical names are
+drawn at random, so they are carried, not drawn again), what the commit removes. The commit
+stages it with :func:`txnlog.dml.stage_write`, as ``txnlog.spark.write`` and ``Table.write`` do;
+a replaceWhere's row removal runs on this process through the Python DML (a data source's commit
+has no SparkSession to spread a rewrite with).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from txnlog import AddFile, CommitResult, OptimisticTransaction, Table, WriteContext, dml
+from txnlog import AddFile, CommitResult, Table
+from txnlog.dml import ArrowRemoval, WriteOptions, WritePlan, stage_write
 from txnlog.errors import InvalidArgumentError, TxnLogError
-from txnlog.expressions import FilePredicate
-from txnlog.file_facts import num_records
-from txnlog.log import Metadata
+from txnlog.spark.common import arrow_schema_of_struct, delta_schema_of
 from txnlog.spark.datasource.options import SourceOptions
-from txnlog.spark.writer import (
-    check_rows,
-    check_schema,
-    check_write_arguments,
-    claim_app_version,
-    files_table,
-    stage_write,
-    start_write,
-    write_parameters,
-)
 from txnlog.storage import locate
 
 
 @dataclass(frozen=True)
-class WritePlan:
-    """What ``writer()`` decided, for the tasks and the commit. ``context`` None: nothing is
-    written (``saveMode=ignore`` found a table, or the app version is already committed)."""
+class SourceWrite:
+    """What ``writer()`` decided, for the tasks and the commit: the core's plan, and the
+    DataFrame's column names (Spark's batches may call them otherwise)."""
 
     options: SourceOptions
-    mode: str
-    read_version: int  # -1: the write creates the table
-    parameters: dict[str, Any]
-    context: WriteContext | None
-    metadata: Metadata | None = None  # the metadata the commit sets; None: the table's stays
+    plan: WritePlan
     column_names: list[str] = field(default_factory=list)
 
 
@@ -61,33 +46,22 @@ class WrittenFiles(WriterCommitMessage):
     error: TxnLogError | None = None
 
 
-def plan_write(options: SourceOptions, schema: StructType, overwrite: bool) -> WritePlan:
+def write_options(options: SourceOptions, mode: str, *, with_app: bool = True) -> WriteOptions:
+    """The write the data source's options ask for."""
+    return WriteOptions(mode, tuple(options.partition_by) if options.partition_by is not None else None, options.replace_where,
+                        dict(options.properties), options.app_id if with_app else None, options.app_version if with_app else None,
+                        options.merge_schema, options.target_file_size)
+
+
+def plan_write(options: SourceOptions, schema: StructType, overwrite: bool) -> SourceWrite:
     """Check the write against the table before any task runs: the mode, the options, the
     DataFrame's ``schema``, the replaceWhere condition, an app version already committed."""
     if options.save_mode is not None and overwrite:
         raise InvalidArgumentError(f"option saveMode={options.save_mode!r} goes with .mode('append'), not 'overwrite' (table {options.uri})")
     mode = options.save_mode or ("overwrite" if overwrite else "append")
-    check_write_arguments(mode, options.replace_where, options.app_id, options.app_version)
     table = Table(options.uri, options.storage_options)
-    params = write_parameters(mode, options.partition_by, options.replace_where)
-    txn = start_write(table, schema, mode, options.partition_by, options.properties, options.merge_schema, params)
-    names = list(schema.fieldNames())
-    if txn is None:  # saveMode=ignore and the table exists
-        return WritePlan(options, mode, -1, params, None, column_names=names)
-    try:
-        read_version = txn.read_version
-        if claim_app_version(txn, options.app_id, options.app_version):
-            return WritePlan(options, mode, read_version, params, None, column_names=names)
-        ctx = txn.write_context()
-        if options.target_file_size is not None:
-            ctx = dataclasses.replace(ctx, target_file_size=options.target_file_size)
-        check_schema(schema, ctx)
-        if options.replace_where is not None:  # a condition that does not bind fails here, not in every task
-            FilePredicate(options.replace_where, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)
-        changed = txn.snapshot is None or txn.metadata != txn.snapshot.metadata
-        return WritePlan(options, mode, read_version, params, ctx, txn.metadata if changed else None, names)
-    finally:
-        txn.abort()  # planning only: the commit opens its own transaction at read_version
+    plan = table.plan_write(arrow_schema_of_struct(schema), write_options(options, mode), table_schema=delta_schema_of(schema))
+    return SourceWrite(options, plan, list(schema.fieldNames()))
 
 
 #: Rows per batch handed to the table's writer. Spark sends a task's rows in batches of
@@ -115,58 +89,22 @@ def joined_batches(batches: Iterator[pa.RecordBatch], names: list[str], rows: in
         yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
 
 
-def write_task(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> WrittenFiles:
+def write_task(write: SourceWrite, batches: Iterator[pa.RecordBatch]) -> WrittenFiles:
     """What each Spark task runs: write its rows as Parquet, return the files (or the error)."""
-    ctx = plan.context
+    ctx = write.plan.context
     if ctx is None:
         for _ in batches:  # nothing to write: Spark still hands the task its rows
             pass
         return WrittenFiles([])
     try:
-        source = joined_batches(batches, plan.column_names)
-        if plan.options.replace_where is not None:
-            source = check_rows(ctx, plan.options.replace_where, source)
-        written = ctx.write(source)
+        written = ctx.write(write.plan.check_rows(joined_batches(batches, write.column_names)))
     except TxnLogError as e:  # carried to commit(), which raises it once (retrying the task would fail again)
         return WrittenFiles([], e)
     return WrittenFiles(list(written.add_files))
 
 
-def _transaction(plan: WritePlan, table: Table) -> OptimisticTransaction:
-    """The commit's transaction, reading the version the plan was checked against."""
-    if plan.read_version < 0:
-        txn = table.create_transaction("CREATE TABLE AS SELECT", operation_parameters=plan.parameters)
-    else:
-        txn = OptimisticTransaction(table.location, table.snapshot(version=plan.read_version), operation="WRITE",
-                                    operation_parameters=plan.parameters, hooks=table.hooks)
-    if plan.metadata is not None:
-        # The planned schema already holds its column mapping ids and physical names, so the
-        # same metadata comes out; a new table gets the properties asked for (protocol settings too).
-        configuration = {**plan.options.properties, **plan.metadata.configuration} if plan.read_version < 0 else None
-        txn.update_metadata(schema=plan.metadata.schema_string, partition_columns=plan.metadata.partition_columns,
-                            configuration=configuration)
-    return txn
-
-
-def remove_rows_on_driver(txn: OptimisticTransaction, condition: str, adds: list[AddFile]) -> int:
-    """Stage the removal of every row matching ``condition`` through the Python DML (deletion
-    vectors where the table enables them, else copy-on-write on this process: a data source's
-    commit has no SparkSession to spread a rewrite with); 1 when it staged anything, else 0.
-    The commit's output metrics and predicate stay the write's."""
-    recorded = txn.operation_parameters.get("predicate")
-    result = dml.delete(txn, condition)
-    if recorded is not None:  # a WRITE names its replaceWhere as txnlog.spark.write does
-        txn.operation_parameters["predicate"] = recorded
-    txn.set_operation_metrics(
-        numFiles=len(adds) + result.metrics.get("numAddedFiles", 0),
-        numOutputRows=num_records(files_table(adds)) + result.metrics.get("numCopiedRows", 0),
-        numOutputBytes=sum(a.size for a in adds) + result.metrics.get("numAddedBytes", 0),
-    )
-    return int(result.changed)
-
-
-def commit_write(plan: WritePlan, messages: list[WriterCommitMessage | None]) -> CommitResult | None:
-    """Commit the tasks' files in one transaction; None when nothing was committed."""
+def task_files(messages: list[WriterCommitMessage | None]) -> list[AddFile]:
+    """The files the tasks wrote; the first task's error raised."""
     results = [m for m in messages if isinstance(m, WrittenFiles)]
     errors = [m.error for m in results if m.error is not None]
     adds = [a for m in results for a in m.adds]
@@ -175,28 +113,34 @@ def commit_write(plan: WritePlan, messages: list[WriterCommitMessage | None]) ->
         if adds:
             error.add_note(f"txnlog: nothing committed; the {len(adds)} data file(s) other tasks wrote are deleted by the job's abort")
         raise error
-    ctx = plan.context
-    if ctx is None:
+    return adds
+
+
+def commit_write(write: SourceWrite, messages: list[WriterCommitMessage | None]) -> CommitResult | None:
+    """Commit the tasks' files in one transaction; None when nothing was committed."""
+    adds = task_files(messages)
+    if write.plan.context is None:
         return None
-    table = Table(plan.options.uri, plan.options.storage_options)
-    options = plan.options
-    with _transaction(plan, table) as txn:
-        if claim_app_version(txn, options.app_id, options.app_version):  # committed meanwhile by another run
+    table = Table(write.options.uri, write.options.storage_options)
+    txn = table.open_write(write.plan)
+    if txn is None:  # committed meanwhile by another run
+        return None
+    with txn:
+        result = stage_write(txn, write.plan, adds, ArrowRemoval(txn))
+        if result is None:
             return None
-        if not stage_write(txn, plan.mode, options.replace_where, adds, options.app_id,
-                           remove_matching=lambda t, where: remove_rows_on_driver(t, where, adds)):
-            return None
+        txn.set_operation_metrics(**result.metrics)
     return txn.result
 
 
-def delete_written(plan: WritePlan, messages: list[WriterCommitMessage | None]) -> None:
+def delete_written(write: SourceWrite, messages: list[WriterCommitMessage | None]) -> None:
     """Best effort, after a failed job: delete the files the successful tasks wrote (no commit
     names them; vacuum would remove any left behind)."""
     paths = [a.path for m in messages if isinstance(m, WrittenFiles) for a in m.adds]
     if not paths:
         return
     try:
-        store = Table(plan.options.uri, plan.options.storage_options).store
+        store = Table(write.options.uri, write.options.storage_options).store
     except TxnLogError:
         return
     for path in paths:
@@ -211,8 +155,8 @@ def delete_written(plan: WritePlan, messages: list[WriterCommitMessage | None]) 
 class TableWriter(DataSourceArrowWriter):
     """The data source's batch writer: one plan, shipped to every task and to the commit."""
 
-    def __init__(self, plan: WritePlan) -> None:
-        self.plan = plan
+    def __init__(self, write: SourceWrite) -> None:
+        self.plan = write
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
         return write_task(self.plan, iterator)
@@ -224,4 +168,5 @@ class TableWriter(DataSourceArrowWriter):
         delete_written(self.plan, messages)
 
 
-__all__ = ["WRITE_BATCH_ROWS", "TableWriter", "WritePlan", "WrittenFiles", "commit_write", "joined_batches", "plan_write", "remove_rows_on_driver", "write_task"]
+__all__ = ["WRITE_BATCH_ROWS", "SourceWrite", "TableWriter", "WrittenFiles", "commit_write", "joined_batches", "plan_write", "task_files",
+           "write_options", "write_task"]

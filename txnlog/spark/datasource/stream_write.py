@@ -25,11 +25,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from txnlog import CommitResult, OptimisticTransaction, Table
-from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError
-from txnlog.spark.datasource.batch_write import WritePlan, WrittenFiles, delete_written, plan_write, write_task
+from txnlog import CommitResult, Table
+from txnlog.dml import ArrowRemoval, stage_write
+from txnlog.errors import InvalidArgumentError, TxnLogError
+from txnlog.spark.datasource.batch_write import SourceWrite, WrittenFiles, delete_written, plan_write, task_files, write_task
 from txnlog.spark.datasource.options import SourceOptions
-from txnlog.spark.writer import claim_app_version, stage_write, write_parameters
 from txnlog.storage import open_store
 
 #: The file of a streaming query's checkpoint that holds the query's id.
@@ -62,50 +62,30 @@ def query_id(options: SourceOptions) -> str:
 class StreamedFiles(WrittenFiles):
     """One task's files, with the plan they were written under (the commit's process has its own)."""
 
-    plan: WritePlan | None = None
+    plan: SourceWrite | None = None
 
 
-def _transaction(plan: WritePlan, table: Table, mode: str) -> OptimisticTransaction:
-    """The batch's transaction on the table as it is now (earlier batches have committed since
-    the plan was made); refused when the table's schema is no longer the one the files were written for."""
-    params = write_parameters(mode, plan.options.partition_by, None)
-    if not table.exists():
-        txn = table.create_transaction("STREAMING UPDATE", operation_parameters=params)
-        assert plan.metadata is not None  # a plan for a new table carries its metadata
-        txn.update_metadata(schema=plan.metadata.schema_string, partition_columns=plan.metadata.partition_columns,
-                            configuration={**plan.options.properties, **plan.metadata.configuration})
-        return txn
-    txn = table.transaction("STREAMING UPDATE", operation_parameters=params)
-    assert plan.context is not None
-    expected = plan.metadata.schema_string if plan.metadata is not None else None
-    planned = plan.context.table_configuration.metadata if expected is None else None
-    current = txn.metadata
-    if (expected is not None and current.schema_string != expected) or (planned is not None and current != planned):
-        txn.abort()
-        raise SchemaError(f"table {table.uri} changed its schema or partitioning while the stream was writing to it; restart the query")
-    return txn
-
-
-def commit_batch(plan: WritePlan, messages: list[WriterCommitMessage | None], batch_id: int, app_id: str, mode: str) -> CommitResult | None:
-    """Commit one micro-batch's files with the transaction ``(app_id, batch_id)``; None when
-    the batch was already committed (a replay: its new files are deleted) or changes nothing."""
-    results = [m for m in messages if isinstance(m, WrittenFiles)]
-    errors = [m.error for m in results if m.error is not None]
-    if errors:
-        raise errors[0]
+def commit_batch(write: SourceWrite, messages: list[WriterCommitMessage | None], batch_id: int, app_id: str, mode: str) -> CommitResult | None:
+    """Commit one micro-batch's files with the transaction ``(app_id, batch_id)``, on the table
+    as it is now (earlier batches have committed since the plan was made; its schema must still
+    be the one the files were written for); None when the batch was already committed (a
+    replay: its new files are deleted) or changes nothing."""
+    adds = task_files(messages)
     # The tasks' plan: a new table's metadata as the files were written for it.
-    plan = next((m.plan for m in results if isinstance(m, StreamedFiles) and m.plan is not None), plan)
-    adds = [a for m in results for a in m.adds]
-    table = Table(plan.options.uri, plan.options.storage_options)
-    if plan.context is None:  # planned as nothing to write: no table was checked, plan again
+    write = next((m.plan for m in messages if isinstance(m, StreamedFiles) and m.plan is not None), write)
+    if write.plan.context is None:  # planned as nothing to write: no table was checked, plan again
         return None
-    txn = _transaction(plan, table, mode)
+    plan = write.plan.for_batch(mode, app_id, batch_id)
+    table = Table(write.options.uri, write.options.storage_options)
+    txn = table.open_write(plan, latest=True)
+    if txn is None:
+        delete_written(write, messages)
+        return None
     with txn:
-        if claim_app_version(txn, app_id, batch_id):
-            delete_written(plan, messages)
+        result = stage_write(txn, plan, adds, ArrowRemoval(txn))
+        if result is None:
             return None
-        if not stage_write(txn, mode, None, adds, app_id, remove_matching=lambda t, w: 0):
-            return None
+        txn.set_operation_metrics(**result.metrics)
     return txn.result
 
 
