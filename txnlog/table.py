@@ -301,6 +301,15 @@ class Table:
         """The last version committed at or before ``timestamp``."""
         return _history.version_at(self.store, to_millis(timestamp))
 
+    def first_version_at_or_after(self, timestamp: Timestamp) -> int:
+        """The first version committed at or after ``timestamp`` (the earliest still in the log
+        for an earlier time), where a stream or a change feed starting at ``timestamp`` begins."""
+        return _history.first_version_at_or_after(self.store, to_millis(timestamp))
+
+    def commit_timestamp(self, version: int) -> int:
+        """When ``version`` was committed (ms since the epoch), as :meth:`history` reports it."""
+        return _history.commit_timestamp(self.store, version)
+
     # -- the change data feed ----------------------------------------------------------------
 
     def changes(

@@ -34,7 +34,7 @@ from txnlog.log.deletion_vectors import DeletionVectorError, dv_file_path, read_
 from txnlog.log.features import check_readable
 from txnlog.log.file_actions import FILES_SCHEMA, TOMBSTONES_SCHEMA, table_from_log_dicts
 from txnlog.log.filenames import LAST_CHECKPOINT, LOG_DIR, SIDECAR_DIR, CheckpointFile
-from txnlog.log.history import HistoryEntry
+from txnlog.log.history import HistoryEntry, commit_timestamp, first_version_at_or_after, version_at
 from txnlog.log.last_checkpoint import LastCheckpointHint, read_hint
 from txnlog.log.replay import advance, replay
 from txnlog.log.segment import CommitFile, LogListing, LogSegment, build_segment, commit_file, list_log
@@ -96,6 +96,9 @@ __all__ = [
     "read_deletion_vector",
     # history
     "HistoryEntry",
+    "commit_timestamp",
+    "first_version_at_or_after",
+    "version_at",
     # the change data feed: which files hold each version's changes
     "VersionChanges",
     "changes_in_range",

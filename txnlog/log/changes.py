@@ -31,7 +31,7 @@ from txnlog.log.codec import decode_action
 from txnlog.log.commits import Commit, read_commits
 from txnlog.log.file_actions import table_from_log_dicts
 from txnlog.log.filenames import LOG_DIR
-from txnlog.log.history import commit_timestamps
+from txnlog.log.history import commit_timestamps, first_at_or_after, last_at_or_before
 from txnlog.log.replay import replay
 from txnlog.log.segment import LogListing, list_log, segment_from_listing
 from txnlog.storage.base import LogStore
@@ -105,13 +105,13 @@ def changes_in_range(
         assert stamps is not None
         if ending_timestamp is not None and ending_timestamp < starting_timestamp:
             raise InvalidArgumentError(f"ending_timestamp {ending_timestamp} is before starting_timestamp {starting_timestamp}")
-        later = [v for v, t in stamps if t >= starting_timestamp]
-        if not later:
+        found = first_at_or_after(stamps, starting_timestamp)
+        if found is None:
             raise VersionNotFoundError(
                 f"{store.root_uri}: starting_timestamp {starting_timestamp} is after the latest commit "
                 f"(version {stamps[-1][0]} at {stamps[-1][1]})",
             )
-        starting_version = later[0]
+        starting_version = found
         if starting_version == stamps[0][0] and starting_version > 0 and starting_timestamp < stamps[0][1]:
             raise expired_error(store, starting_version - 1, starting_version)  # changes before it are gone
     assert starting_version is not None
@@ -121,13 +121,13 @@ def changes_in_range(
         )
     if ending_timestamp is not None:
         assert stamps is not None
-        earlier = [v for v, t in stamps if t <= ending_timestamp]
-        if not earlier:
+        found = last_at_or_before(stamps, ending_timestamp)
+        if found is None:
             raise VersionNotFoundError(
                 f"{store.root_uri}: ending_timestamp {ending_timestamp} is before the earliest commit still in the log "
                 f"(version {stamps[0][0]} at {stamps[0][1]})",
             )
-        ending_version = earlier[-1]
+        ending_version = found
         if ending_version < starting_version:
             return []  # no commit between the two times
     end = latest if ending_version is None else min(ending_version, latest)

@@ -6,6 +6,7 @@ times before, made monotonic as Delta does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,16 +73,51 @@ def commit_timestamps(store: LogStore, listing: LogListing, commits: dict[int, C
     return out
 
 
-def version_at(store: LogStore, timestamp_ms: int) -> int:
+def last_at_or_before(stamps: Sequence[tuple[int, int]], timestamp_ms: int) -> int | None:
+    """Of ``stamps`` ((version, commit time), oldest first), the last version committed at or
+    before ``timestamp_ms``; None when every commit is later."""
+    earlier = [v for v, t in stamps if t <= timestamp_ms]
+    return earlier[-1] if earlier else None
+
+
+def first_at_or_after(stamps: Sequence[tuple[int, int]], timestamp_ms: int) -> int | None:
+    """Of ``stamps`` ((version, commit time), oldest first), the first version committed at or
+    after ``timestamp_ms``; None when every commit is earlier."""
+    return next((v for v, t in stamps if t >= timestamp_ms), None)
+
+
+def version_at(store: LogStore, timestamp_ms: int, *, listing: LogListing | None = None) -> int:
     """The last version committed at or before ``timestamp_ms``."""
-    stamps = commit_timestamps(store, _listing(store), {})
-    candidates = [v for v, t in stamps if t <= timestamp_ms]
-    if not candidates:
+    stamps = commit_timestamps(store, listing or _listing(store), {})
+    version = last_at_or_before(stamps, timestamp_ms)
+    if version is None:
         raise VersionNotFoundError(
             f"{store.root_uri}: timestamp {timestamp_ms} is before the earliest commit still in the log "
             f"(version {stamps[0][0]} at {stamps[0][1]})"
         )
-    return candidates[-1]
+    return version
+
+
+def first_version_at_or_after(store: LogStore, timestamp_ms: int, *, listing: LogListing | None = None) -> int:
+    """The first version committed at or after ``timestamp_ms`` (the earliest still in the log
+    for a time before it, as delta-spark starts a stream); VersionNotFoundError when every
+    commit is earlier."""
+    stamps = commit_timestamps(store, listing or _listing(store), {})
+    version = first_at_or_after(stamps, timestamp_ms)
+    if version is None:
+        raise VersionNotFoundError(
+            f"{store.root_uri}: timestamp {timestamp_ms} is after the latest commit (version {stamps[-1][0]} at {stamps[-1][1]})"
+        )
+    return version
+
+
+def commit_timestamp(store: LogStore, version: int, *, listing: LogListing | None = None) -> int:
+    """The commit time of ``version`` (ms), as :func:`history` reports it; VersionNotFoundError
+    when its commit file is gone."""
+    for v, t in commit_timestamps(store, listing or _listing(store), {}):
+        if v == version:
+            return t
+    raise VersionNotFoundError(f"{store.root_uri}: version {version} has no commit file in the log", version=version)
 
 
 def history(store: LogStore, limit: int | None = None) -> list[HistoryEntry]:
