@@ -141,6 +141,37 @@ def _physical_type(t: pa.DataType, mapped: bool) -> pa.DataType:
     return t
 
 
+def physical_schema_string(schema_string: str, partition_columns: Sequence[str], mapped: bool) -> str:
+    """The data files' schema in Delta's JSON form (for engines whose types are Delta's, such as
+    Spark, where Arrow has no variant type): the table's non-partition columns, physical names
+    at every nesting level under column mapping, Delta field metadata dropped. The JSON twin of
+    :func:`physical_schema`."""
+    partitions = {c.lower() for c in partition_columns}
+
+    def visit_type(t: Any) -> Any:
+        if isinstance(t, dict):
+            kind = t.get("type")
+            if kind == "struct":
+                return {**t, "fields": [visit_field(f) for f in t["fields"]]}
+            if kind == "array":
+                return {**t, "elementType": visit_type(t["elementType"])}
+            if kind == "map":
+                return {**t, "keyType": visit_type(t["keyType"]), "valueType": visit_type(t["valueType"])}
+        return t
+
+    def visit_field(f: dict[str, Any]) -> dict[str, Any]:
+        name = f["name"]
+        if mapped:
+            name = (f.get("metadata") or {}).get(props.PHYSICAL_NAME_KEY)
+            if not name:
+                raise SchemaError(f"column '{f['name']}' has no {props.PHYSICAL_NAME_KEY} but the table uses column mapping", field=f["name"])
+        return {**f, "name": name, "type": visit_type(f["type"]), "metadata": {}}
+
+    fields = orjson.loads(schema_string)["fields"]
+    data = [visit_field(f) for f in fields if f["name"].lower() not in partitions]
+    return orjson.dumps({"type": "struct", "fields": data}).decode()
+
+
 # --- which columns get stats ------------------------------------------------------------------
 
 
@@ -661,6 +692,7 @@ __all__ = [
     "physical_names",
     "physical_path",
     "physical_schema",
+    "physical_schema_string",
     "stats_columns",
     "stats_leaf",
     "stats_type",

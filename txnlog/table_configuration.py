@@ -20,7 +20,7 @@ from typing import TypeVar
 import pyarrow as pa
 
 from txnlog import properties as props
-from txnlog.file_facts import ColumnPath, partition_fields, physical_path, physical_schema, stats_columns
+from txnlog.file_facts import ColumnPath, partition_fields, physical_path, physical_schema, physical_schema_string, stats_columns
 from txnlog.file_facts import physical_name as _physical_name
 from txnlog.log.actions import Metadata, Protocol
 from txnlog.log.features import check_readable, check_writable, writer_features
@@ -116,6 +116,12 @@ class TableConfiguration:
         """The schema of the data files: :attr:`physical_schema` without the partition columns."""
         partitions = {c.lower() for c in self.partition_columns}
         return physical_schema([f for f in self.schema if f.name.lower() not in partitions], self.is_column_mapped)
+
+    @property
+    def file_schema_string(self) -> str:
+        """:attr:`file_schema` in Delta's JSON form (a ``schemaString``), for engines whose types
+        are Delta's: Spark reads data files with it."""
+        return physical_schema_string(self.metadata.schema_string, self.partition_columns, self.is_column_mapped)
 
     def partition_keys(self) -> list[tuple[str, pa.Field]]:
         """(key in ``partitionValues``, logical field) of each partition column."""

@@ -126,6 +126,31 @@ def test_first_batch_keeps_its_rows_when_spark_asks_the_initial_offset_again(tmp
     assert _rows(restarted, end, following) == [(i, kind) for i in range(20, 30)]
 
 
+@pytest.mark.parametrize("change_feed", [False, True], ids=["files", "change-feed"])
+def test_a_schema_change_stops_the_stream_in_either_mode(tmp_path: Path, change_feed: bool) -> None:
+    """A stream reads with the schema it started with: a commit changing it stops the stream,
+    naming the version, in a stream of files and in a stream of changes alike. (The change
+    feed stream used to go on, reading the new rows in the old schema: the new column's values
+    were silently dropped.)"""
+    from txnlog.errors import SchemaError
+
+    uri = str(tmp_path / "src")
+    _append(uri, 0, 3, {"delta.enableChangeDataFeed": "true"})
+    options = {"readChangeFeed": "true"} if change_feed else {}
+    planner = _stream_reader(uri, startingVersion="1", **options)
+    start = planner.initialOffset()
+    table = Table(uri)
+    wider = pa.schema([("id", pa.int64()), ("name", pa.string()), ("extra", pa.string())])
+    with table.transaction("ADD COLUMNS") as txn:
+        txn.update_metadata(schema=wider)
+        txn.commit()
+    changed_at = table.latest_version()
+    table.append(pa.table({"id": [3], "name": ["n3"], "extra": ["kept?"]}, schema=wider))
+    with pytest.raises(SchemaError, match=f"version {changed_at}"):
+        end = planner.latestOffset(start, planner.getDefaultReadLimit())
+        _rows(planner, start, end)
+
+
 def test_starting_latest_begins_after_the_version_the_first_batch_finds(tmp_path: Path) -> None:
     uri = str(tmp_path / "src")
     _append(uri, 0, 10)

@@ -1,6 +1,6 @@
 """The Delta protocol's log: actions and their JSON codec, the columnar layout of file actions,
 log listings and segments, commit files, replay into a :class:`TableState`, checkpoints read and
-written, deletion vectors, history, and where each version's change data is.
+written, deletion vectors, history, and what each commit did to the rows (its change data).
 
 This ``__all__`` is what engines (``txnlog.spark``, ``txnlog.iceberg``, ``txnlog.maintenance``,
 the CLI) may use; the modules behind it are the core's own (``tests/test_layers.py`` checks).
@@ -19,7 +19,7 @@ from txnlog.log.actions import (
     Sidecar,
     Txn,
 )
-from txnlog.log.changes import VersionChanges, changes_in_range
+from txnlog.log.changes import VersionChanges, changes_in_range, classify_commit, commit_changes
 from txnlog.log.checkpoint_reader import checkpoint_sources, sidecar_path
 from txnlog.log.checkpoint_writer import (
     CheckpointResult,
@@ -102,4 +102,6 @@ __all__ = [
     # the change data feed: which files hold each version's changes
     "VersionChanges",
     "changes_in_range",
+    "classify_commit",
+    "commit_changes",
 ]

@@ -37,9 +37,12 @@ def _listing(store: LogStore) -> LogListing:
     return listing
 
 
-def commit_timestamps(store: LogStore, listing: LogListing, commits: dict[int, Commit]) -> list[tuple[int, int]]:
-    """(version, commit time) for every commit still in the log, oldest first. The commits it
-    had to read are left in ``commits`` for the caller."""
+def commit_timestamps(
+    store: LogStore, listing: LogListing, commits: dict[int, Commit], *, first: int | None = None, last: int | None = None
+) -> list[tuple[int, int]]:
+    """(version, commit time) for every commit still in the log, oldest first (only those in
+    ``[first, last]`` when given: later commits are then not read). The commits it had to read
+    are left in ``commits`` for the caller."""
     versions = sorted(listing.commits)
 
     def has_ict(v: int) -> bool:
@@ -59,16 +62,25 @@ def commit_timestamps(store: LogStore, listing: LogListing, commits: dict[int, C
             else:
                 lo = mid + 1
         ict_from = lo
-        missing = [listing.commits[v] for v in versions[ict_from:] if v not in commits]
-        commits.update({c.version: c for c in read_commits(store, missing)})
-    ict_commits = {v: commits[v] for v in versions[ict_from:]}
+    ict = set(versions[ict_from:])  # a suffix: no commit without one comes after them
+
+    def wanted(v: int) -> bool:
+        return (first is None or v >= first) and (last is None or v <= last)
+
+    missing = [listing.commits[v] for v in versions if wanted(v) and v in ict and v not in commits]
+    commits.update({c.version: c for c in read_commits(store, missing)})
     out: list[tuple[int, int]] = []
     previous = None
     for v in versions:
-        ts = ict_commits[v].timestamp if v in ict_commits else listing.commits[v].modification_time
-        if previous is not None and ts <= previous and v not in ict_commits:
+        if v in ict:
+            if wanted(v):
+                out.append((v, commits[v].timestamp))
+            continue
+        ts = listing.commits[v].modification_time
+        if previous is not None and ts <= previous:
             ts = previous + 1
-        out.append((v, ts))
+        if wanted(v):
+            out.append((v, ts))
         previous = ts
     return out
 
@@ -114,9 +126,9 @@ def first_version_at_or_after(store: LogStore, timestamp_ms: int, *, listing: Lo
 def commit_timestamp(store: LogStore, version: int, *, listing: LogListing | None = None) -> int:
     """The commit time of ``version`` (ms), as :func:`history` reports it; VersionNotFoundError
     when its commit file is gone."""
-    for v, t in commit_timestamps(store, listing or _listing(store), {}):
-        if v == version:
-            return t
+    stamps = commit_timestamps(store, listing or _listing(store), {}, first=version, last=version)
+    if stamps:
+        return stamps[0][1]
     raise VersionNotFoundError(f"{store.root_uri}: version {version} has no commit file in the log", version=version)
 
 

@@ -61,8 +61,8 @@ from txnlog.read import ReadContext
 from txnlog.spark.common import arrow_schema_of_struct, spark_schema_of
 from txnlog.spark.datasource.options import SourceOptions
 
-# The columns of ``Snapshot.files()`` a read task needs.
-_TASK_COLUMNS = ("path", "partition_values", "deletion_vector", "size")
+#: The columns of ``Snapshot.files()`` a read task needs.
+TASK_COLUMNS = ("path", "partition_values", "deletion_vector", "size")
 
 _COMPARISONS: dict[type[Filter], Any] = {
     EqualTo: equal,
@@ -216,6 +216,14 @@ class FilesPartition(InputPartition):
         self.files = files
 
 
+def file_partitions(files: pa.Table, options: SourceOptions) -> list[FilesPartition]:
+    """``files`` (rows of ``Snapshot.files()``) as read tasks: their :data:`TASK_COLUMNS`,
+    packed by :func:`pack_files` with the read's options. The batch and the streaming readers'
+    one way to hand files to executors."""
+    groups = pack_files(files.select(list(TASK_COLUMNS)), options.max_partition_bytes, options.open_cost_bytes, options.min_partitions)
+    return [FilesPartition(g) for g in groups]
+
+
 class TableReader(DataSourceReader):
     """Reads one snapshot of a txnlog table, every live file. Picklable: the snapshot itself
     stays in the planning process; tasks get the :class:`ReadContext` and their files."""
@@ -249,10 +257,7 @@ class TableReader(DataSourceReader):
         return snapshot.files(predicate, stats=False)
 
     def partitions(self) -> Sequence[InputPartition]:
-        files = self.files().select(list(_TASK_COLUMNS))
-        options = self.options
-        groups = pack_files(files, options.max_partition_bytes, options.open_cost_bytes, options.min_partitions)
-        return [FilesPartition(g) for g in groups]
+        return file_partitions(self.files(), self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, FilesPartition):  # Spark's placeholder when there are no files
@@ -293,10 +298,12 @@ class FilteringTableReader(TableReader):
 
 
 __all__ = [
+    "TASK_COLUMNS",
     "FilesPartition",
     "FilteringTableReader",
     "TableReader",
     "chosen_columns",
+    "file_partitions",
     "filter_expression",
     "open_snapshot",
     "pack_files",
