@@ -4,12 +4,11 @@ Each function stages its changes in an open transaction (the caller commits) and
 operation metrics it records in ``commitInfo`` (delta-spark's names). Tables with
 ``delta.enableDeletionVectors=true`` are changed merge-on-read (deletion vectors), the others
 copy-on-write. :class:`txnlog.Table`'s ``delete``, ``update`` and ``merge`` wrap these in a
-transaction of their own, as ``optimize`` wraps :func:`compact` (OPTIMIZE). The MERGE clauses (:class:`MergeCondition`, :func:`merge_parameters`,
+transaction of their own (OPTIMIZE, which changes no row, is :mod:`txnlog.optimize`). The MERGE clauses (:class:`MergeCondition`, :func:`merge_parameters`,
 :func:`assignments`, :func:`key_range_predicate`) are shared with ``txnlog.spark.merge``.
 """
 
 from txnlog.dml.clauses import Assignments, MergeCondition, assignments, key_bounds, key_range_predicate, merge_parameters, quote_name
-from txnlog.dml.compaction import compact, plan_bins
 from txnlog.dml.operations import DmlResult, Metrics, delete, matching_positions, merge, rows_with_keys, update
 from txnlog.dml.pruning import merge_candidates
 
@@ -19,7 +18,6 @@ __all__ = [
     "MergeCondition",
     "Metrics",
     "assignments",
-    "compact",
     "delete",
     "key_bounds",
     "key_range_predicate",
@@ -27,7 +25,6 @@ __all__ = [
     "merge",
     "merge_candidates",
     "merge_parameters",
-    "plan_bins",
     "quote_name",
     "rows_with_keys",
     "update",
