@@ -132,7 +132,12 @@ class TableConfiguration:
     @property
     def stats_columns(self) -> list[ColumnPath]:
         """Logical leaf paths to collect file statistics for."""
-        return stats_columns(self.schema, self.metadata.configuration, self.partition_columns)
+        return self.stats_columns_of(self.schema)
+
+    def stats_columns_of(self, schema: pa.Schema) -> list[ColumnPath]:
+        """:attr:`stats_columns` for files written in ``schema`` (the table's, or the table's
+        plus a column of its own, as change data files add ``_change_type``)."""
+        return stats_columns(schema, self.metadata.configuration, self.partition_columns)
 
     @property
     def target_file_size(self) -> int:
