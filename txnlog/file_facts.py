@@ -33,7 +33,7 @@ import pyarrow.json as pa_json
 
 from txnlog import properties as props
 from txnlog.errors import SchemaError
-from txnlog.schema import delta_field_metadata
+from txnlog.schema import delta_field_metadata, map_fields
 
 logger = logging.getLogger(__name__)
 
@@ -148,28 +148,17 @@ def physical_schema_string(schema_string: str, partition_columns: Sequence[str],
     :func:`physical_schema`."""
     partitions = {c.lower() for c in partition_columns}
 
-    def visit_type(t: Any) -> Any:
-        if isinstance(t, dict):
-            kind = t.get("type")
-            if kind == "struct":
-                return {**t, "fields": [visit_field(f) for f in t["fields"]]}
-            if kind == "array":
-                return {**t, "elementType": visit_type(t["elementType"])}
-            if kind == "map":
-                return {**t, "keyType": visit_type(t["keyType"]), "valueType": visit_type(t["valueType"])}
-        return t
-
     def visit_field(f: dict[str, Any]) -> dict[str, Any]:
         name = f["name"]
         if mapped:
             name = (f.get("metadata") or {}).get(props.PHYSICAL_NAME_KEY)
             if not name:
                 raise SchemaError(f"column '{f['name']}' has no {props.PHYSICAL_NAME_KEY} but the table uses column mapping", field=f["name"])
-        return {**f, "name": name, "type": visit_type(f["type"]), "metadata": {}}
+        return {**f, "name": name, "metadata": {}}
 
     fields = orjson.loads(schema_string)["fields"]
-    data = [visit_field(f) for f in fields if f["name"].lower() not in partitions]
-    return orjson.dumps({"type": "struct", "fields": data}).decode()
+    data = {"type": "struct", "fields": [f for f in fields if f["name"].lower() not in partitions]}
+    return orjson.dumps(map_fields(data, visit_field)).decode()
 
 
 # --- which columns get stats ------------------------------------------------------------------

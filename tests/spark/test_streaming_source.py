@@ -151,6 +151,24 @@ def test_a_schema_change_stops_the_stream_in_either_mode(tmp_path: Path, change_
         _rows(planner, start, end)
 
 
+def test_a_batch_spanning_the_snapshot_and_later_commits_reads_both(tmp_path: Path) -> None:
+    """A rate-limited first batch stops inside the starting snapshot; the next one takes the
+    snapshot's last file and a later commit's file together (listed with and without stats)."""
+    uri = str(tmp_path / "src")
+    for i in range(3):
+        _append(uri, i * 2, 2)  # versions 1..3, a file each
+    planner = _stream_reader(uri, maxFilesPerTrigger="2")
+    limit = planner.getDefaultReadLimit()
+    start = planner.initialOffset()
+    first = planner.latestOffset(start, limit)
+    assert first == {"version": 3, "index": 2, "snapshot": True}
+    _append(uri, 6, 2)  # version 4
+    second = planner.latestOffset(first, limit)
+    assert second == {"version": 5, "index": 0, "snapshot": False}
+    assert len(_rows(planner, start, first)) == 4
+    assert sorted(i for i, _ in _rows(planner, first, second)) == sorted({*range(8)} - {i for i, _ in _rows(planner, start, first)})
+
+
 def test_starting_latest_begins_after_the_version_the_first_batch_finds(tmp_path: Path) -> None:
     uri = str(tmp_path / "src")
     _append(uri, 0, 10)

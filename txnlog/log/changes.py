@@ -176,13 +176,7 @@ def changes_in_range(
         assert stamps is not None
         if ending_timestamp is not None and ending_timestamp < starting_timestamp:
             raise InvalidArgumentError(f"ending_timestamp {ending_timestamp} is before starting_timestamp {starting_timestamp}")
-        found = first_at_or_after(stamps, starting_timestamp)
-        if found is None:
-            raise VersionNotFoundError(
-                f"{store.root_uri}: starting_timestamp {starting_timestamp} is after the latest commit "
-                f"(version {stamps[-1][0]} at {stamps[-1][1]})",
-            )
-        starting_version = found
+        starting_version = first_at_or_after(stamps, starting_timestamp, where=store.root_uri, what="starting_timestamp")
         if starting_version == stamps[0][0] and starting_version > 0 and starting_timestamp < stamps[0][1]:
             raise expired_error(store, starting_version - 1, starting_version)  # changes before it are gone
     assert starting_version is not None
@@ -192,13 +186,7 @@ def changes_in_range(
         )
     if ending_timestamp is not None:
         assert stamps is not None
-        found = last_at_or_before(stamps, ending_timestamp)
-        if found is None:
-            raise VersionNotFoundError(
-                f"{store.root_uri}: ending_timestamp {ending_timestamp} is before the earliest commit still in the log "
-                f"(version {stamps[0][0]} at {stamps[0][1]})",
-            )
-        ending_version = found
+        ending_version = last_at_or_before(stamps, ending_timestamp, where=store.root_uri, what="ending_timestamp")
         if ending_version < starting_version:
             return []  # no commit between the two times
     end = latest if ending_version is None else min(ending_version, latest)

@@ -85,42 +85,37 @@ def commit_timestamps(
     return out
 
 
-def last_at_or_before(stamps: Sequence[tuple[int, int]], timestamp_ms: int) -> int | None:
+def last_at_or_before(stamps: Sequence[tuple[int, int]], timestamp_ms: int, *, where: str, what: str = "timestamp") -> int:
     """Of ``stamps`` ((version, commit time), oldest first), the last version committed at or
-    before ``timestamp_ms``; None when every commit is later."""
+    before ``timestamp_ms``; VersionNotFoundError (naming ``where`` and ``what``) when every
+    commit is later."""
     earlier = [v for v, t in stamps if t <= timestamp_ms]
-    return earlier[-1] if earlier else None
+    if not earlier:
+        raise VersionNotFoundError(
+            f"{where}: {what} {timestamp_ms} is before the earliest commit still in the log (version {stamps[0][0]} at {stamps[0][1]})"
+        )
+    return earlier[-1]
 
 
-def first_at_or_after(stamps: Sequence[tuple[int, int]], timestamp_ms: int) -> int | None:
-    """Of ``stamps`` ((version, commit time), oldest first), the first version committed at or
-    after ``timestamp_ms``; None when every commit is earlier."""
-    return next((v for v, t in stamps if t >= timestamp_ms), None)
+def first_at_or_after(stamps: Sequence[tuple[int, int]], timestamp_ms: int, *, where: str, what: str = "timestamp") -> int:
+    """Of ``stamps``, the first version committed at or after ``timestamp_ms``;
+    VersionNotFoundError when every commit is earlier."""
+    later = next((v for v, t in stamps if t >= timestamp_ms), None)
+    if later is None:
+        raise VersionNotFoundError(f"{where}: {what} {timestamp_ms} is after the latest commit (version {stamps[-1][0]} at {stamps[-1][1]})")
+    return later
 
 
 def version_at(store: LogStore, timestamp_ms: int, *, listing: LogListing | None = None) -> int:
     """The last version committed at or before ``timestamp_ms``."""
-    stamps = commit_timestamps(store, listing or _listing(store), {})
-    version = last_at_or_before(stamps, timestamp_ms)
-    if version is None:
-        raise VersionNotFoundError(
-            f"{store.root_uri}: timestamp {timestamp_ms} is before the earliest commit still in the log "
-            f"(version {stamps[0][0]} at {stamps[0][1]})"
-        )
-    return version
+    return last_at_or_before(commit_timestamps(store, listing or _listing(store), {}), timestamp_ms, where=store.root_uri)
 
 
 def first_version_at_or_after(store: LogStore, timestamp_ms: int, *, listing: LogListing | None = None) -> int:
     """The first version committed at or after ``timestamp_ms`` (the earliest still in the log
     for a time before it, as delta-spark starts a stream); VersionNotFoundError when every
     commit is earlier."""
-    stamps = commit_timestamps(store, listing or _listing(store), {})
-    version = first_at_or_after(stamps, timestamp_ms)
-    if version is None:
-        raise VersionNotFoundError(
-            f"{store.root_uri}: timestamp {timestamp_ms} is after the latest commit (version {stamps[-1][0]} at {stamps[-1][1]})"
-        )
-    return version
+    return first_at_or_after(commit_timestamps(store, listing or _listing(store), {}), timestamp_ms, where=store.root_uri)
 
 
 def commit_timestamp(store: LogStore, version: int, *, listing: LogListing | None = None) -> int:

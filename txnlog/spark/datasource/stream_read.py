@@ -369,7 +369,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return [ChangesPartition([c]) for c in changes]
         if not files:
             return []
-        return file_partitions(pa.concat_tables(files), self.options)
+        return file_partitions(files, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, ChangesPartition):
