@@ -169,6 +169,34 @@ def test_a_batch_spanning_the_snapshot_and_later_commits_reads_both(tmp_path: Pa
     assert sorted(i for i, _ in _rows(planner, first, second)) == sorted({*range(8)} - {i for i, _ in _rows(planner, start, first)})
 
 
+def test_a_batch_is_planned_from_the_commits_its_offset_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """partitions() takes the commits latestOffset() classified for the same batch: each commit
+    is read once per batch (they were forgotten and read again), then dropped when Spark
+    commits the batch."""
+    from txnlog.spark.datasource import stream_read
+
+    uri = str(tmp_path / "src")
+    _append(uri, 0, 2)
+    planner = _stream_reader(uri, startingVersion="1")
+    for i in range(1, 6):
+        _append(uri, i * 2, 2)  # versions 2..6
+    reads: list[tuple[int, int]] = []
+    real = stream_read.commit_changes
+
+    def counted(store: Any, listing: Any, first: int, last: int) -> Any:
+        reads.append((first, last))
+        return real(store, listing, first, last)
+
+    monkeypatch.setattr(stream_read, "commit_changes", counted)
+    start = planner.initialOffset()
+    end = planner.latestOffset(start, planner.getDefaultReadLimit())
+    assert reads == [(1, 6)]
+    assert sorted(i for i, _ in _rows(planner, start, end)) == list(range(12))
+    assert reads == [(1, 6)]  # nothing read again
+    planner.commit(end)
+    assert not planner._versions  # what the committed batch needed is dropped
+
+
 def test_starting_latest_begins_after_the_version_the_first_batch_finds(tmp_path: Path) -> None:
     uri = str(tmp_path / "src")
     _append(uri, 0, 10)

@@ -331,7 +331,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 taken_files += files
                 taken_bytes += size
                 index += 1
-            self._forget_before(position.version)
+            # Versions stay cached until Spark commits the batch: partitions() reads them next.
             position = position.next_version()
             if snapshot_only:
                 break
