@@ -89,9 +89,7 @@ def make_tables(workdir: Path) -> tuple[Path, Path, Any]:
         {"id": pa.array(range(100), pa.int64()), "value": pa.array([i / 7 for i in range(100)]), "part": ["a"] * 100},
         schema=SCHEMA,
     )
-    (template,) = write_data_files(
-        table.store, data, table_schema=SCHEMA, partition_columns=tuple(PARTITION_BY), configuration={}
-    )
+    (template,) = write_data_files(table.store, data, table_configuration=table.snapshot().table_configuration)
     shutil.copytree(ours, theirs)
     return ours, theirs, template
 

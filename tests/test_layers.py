@@ -28,6 +28,7 @@ LAYERS: dict[str, float] = {
     "txnlog.write": 6,
     "txnlog.txn": 7,
     "txnlog.dml": 7.5,  # row-level DELETE/UPDATE/MERGE over Arrow: reads, writes, stages in a transaction
+    "txnlog.optimize": 7.5,  # OPTIMIZE: plans compaction on a snapshot, stages it in a transaction
     "txnlog.table": 8,
     "txnlog": 9,  # the package's __init__: the public names
     # Engines: above everything in the core, never imported by it.
@@ -200,6 +201,7 @@ SURFACES = (
     "txnlog.txn",
     "txnlog.write",
     "txnlog.dml",
+    "txnlog.optimize",
 )
 
 
@@ -339,8 +341,6 @@ DML_FOR_ENGINES = {
     "rows_matching",
     # what they return
     "MergeMetrics", "RowChangeMetrics", "FileCounts", "Timing", "live_rows", "files_table",
-    # OPTIMIZE's plan (moving to a package of its own)
-    "plan_bins",
 }
 
 

@@ -33,7 +33,7 @@ import pyarrow.json as pa_json
 
 from txnlog import properties as props
 from txnlog.errors import SchemaError
-from txnlog.schema import delta_field_metadata
+from txnlog.schema import delta_field_metadata, map_fields
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +139,26 @@ def _physical_type(t: pa.DataType, mapped: bool) -> pa.DataType:
             pa.field(item.name, _physical_type(item.type, mapped), item.nullable),
         )
     return t
+
+
+def physical_schema_string(schema_string: str, partition_columns: Sequence[str], mapped: bool) -> str:
+    """The data files' schema in Delta's JSON form (for engines whose types are Delta's, such as
+    Spark, where Arrow has no variant type): the table's non-partition columns, physical names
+    at every nesting level under column mapping, Delta field metadata dropped. The JSON twin of
+    :func:`physical_schema`."""
+    partitions = {c.lower() for c in partition_columns}
+
+    def visit_field(f: dict[str, Any]) -> dict[str, Any]:
+        name = f["name"]
+        if mapped:
+            name = (f.get("metadata") or {}).get(props.PHYSICAL_NAME_KEY)
+            if not name:
+                raise SchemaError(f"column '{f['name']}' has no {props.PHYSICAL_NAME_KEY} but the table uses column mapping", field=f["name"])
+        return {**f, "name": name, "metadata": {}}
+
+    fields = orjson.loads(schema_string)["fields"]
+    data = {"type": "struct", "fields": [f for f in fields if f["name"].lower() not in partitions]}
+    return orjson.dumps(map_fields(data, visit_field)).decode()
 
 
 # --- which columns get stats ------------------------------------------------------------------
@@ -661,6 +681,7 @@ __all__ = [
     "physical_names",
     "physical_path",
     "physical_schema",
+    "physical_schema_string",
     "stats_columns",
     "stats_leaf",
     "stats_type",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -141,22 +142,31 @@ def delta_field_metadata(field: pa.Field) -> dict[str, Any]:
     return {}
 
 
+def map_fields(t: Any, visit: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+    """``t`` (a Delta JSON type: a schema's struct, an array, a map or a primitive) with every
+    field replaced by ``visit(field)``, whose type is then mapped the same way: outer fields
+    before the fields nested in them."""
+    if isinstance(t, dict):
+        kind = t.get("type")
+        if kind == "struct":
+            return {**t, "fields": [_mapped_field(visit(f), visit) for f in t["fields"]]}
+        if kind == "array":
+            return {**t, "elementType": map_fields(t["elementType"], visit)}
+        if kind == "map":
+            return {**t, "keyType": map_fields(t["keyType"], visit), "valueType": map_fields(t["valueType"], visit)}
+    return t
+
+
+def _mapped_field(f: dict[str, Any], visit: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    return {**f, "type": map_fields(f["type"], visit)}
+
+
 def assign_column_mapping(schema_string: str, start_id: int = 0) -> tuple[str, int]:
     """Give every field without one a column mapping id and a physical name.
 
     Returns the new schemaString and the highest id used (``delta.columnMapping.maxColumnId``).
     """
     next_id = start_id
-
-    def visit_type(t: Any) -> Any:
-        if isinstance(t, dict):
-            if t.get("type") == "struct":
-                return {**t, "fields": [visit_field(f) for f in t["fields"]]}
-            if t.get("type") == "array":
-                return {**t, "elementType": visit_type(t["elementType"])}
-            if t.get("type") == "map":
-                return {**t, "keyType": visit_type(t["keyType"]), "valueType": visit_type(t["valueType"])}
-        return t
 
     def visit_field(f: dict[str, Any]) -> dict[str, Any]:
         nonlocal next_id
@@ -167,8 +177,7 @@ def assign_column_mapping(schema_string: str, start_id: int = 0) -> tuple[str, i
             meta[props.PHYSICAL_NAME_KEY] = f"col-{uuid.uuid4()}"
         else:
             next_id = max(next_id, int(meta[props.COLUMN_MAPPING_ID_KEY]))
-        return {**f, "type": visit_type(f["type"]), "metadata": meta}
+        return {**f, "metadata": meta}
 
-    obj = orjson.loads(schema_string)
-    out = visit_type(obj)
+    out = map_fields(orjson.loads(schema_string), visit_field)
     return orjson.dumps(out).decode(), next_id

@@ -27,6 +27,8 @@ from txnlog.log.filenames import LOG_DIR
 from txnlog.log.history import HistoryEntry
 from txnlog.log.segment import LogListing, build_segment
 from txnlog.log.table_state import TableState
+from txnlog.optimize import OptimizeParameters
+from txnlog.optimize import optimize as run_optimize
 from txnlog.read import change_batches, change_schema
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage import LogStore, TableLocation, normalize_uri, open_store
@@ -324,16 +326,31 @@ class Table:
             plan = RowChangePlan.update(dml_snapshot(txn, "update"), predicate, set or {}, config=txn.table_configuration)
             return self._commit_if_changed(txn, plan.parameters, dml.run_row_change(txn, plan))
 
-    def optimize(self, predicate: str | None = None, *, min_files: int = 2) -> CommitResult | None:
-        """``OPTIMIZE`` (compaction): rewrite the small files of each partition holding rows that
-        match ``predicate``, and files whose deletion vector deletes more than
-        ``txnlog.optimize.maxDeletedRowsRatio`` of their rows, into files of
-        ``delta.targetFileSize``, as a ``dataChange=false`` commit (planned as Spark's OPTIMIZE,
-        :func:`txnlog.dml.plan_bins`). On a table with row tracking
-        every row keeps its row id, so concurrent merge-on-read DML commits through it (see
-        docs/concurrency.md). The committed version, or None when there was nothing to compact."""
-        with self.transaction("OPTIMIZE") as txn:
-            return self._commit_if_changed(txn, {}, dml.compact(txn, predicate, min_files=min_files))
+    def optimize(
+        self,
+        predicate: str | None = None,
+        *,
+        target_size: int | None = None,
+        max_concurrent_tasks: int | None = None,
+        min_files: int = 2,
+        max_attempts: int = 5,
+    ) -> CommitResult | None:
+        """``OPTIMIZE`` (compaction): rewrite the small files of each partition ``predicate``
+        selects (SQL over partition columns only; every partition when None), and files whose
+        deletion vector deletes more than ``txnlog.optimize.maxDeletedRowsRatio`` of their rows,
+        into files of ``target_size`` bytes (default: ``delta.targetFileSize``), as a
+        ``dataChange=false`` commit; up to ``max_concurrent_tasks`` bins are rewritten at once
+        (default: one per core). The plan is :func:`txnlog.optimize.plan_optimize`, the same as
+        Spark's OPTIMIZE; a conflicting commit makes it re-plan, up to ``max_attempts`` times.
+        On a table with row tracking every row keeps its row id, so concurrent merge-on-read DML
+        commits through it (see docs/concurrency.md). The committed version, or None when there
+        was nothing to compact."""
+        parameters = OptimizeParameters(
+            predicate=predicate, target_size=target_size, max_concurrent_tasks=max_concurrent_tasks, min_files=min_files
+        )
+        result = run_optimize(lambda operation, params: self.transaction(operation, operation_parameters=params), parameters,
+                              max_attempts=max_attempts)
+        return result.version
 
     def merge(
         self,
@@ -377,6 +394,15 @@ class Table:
     def version_at(self, timestamp: Timestamp) -> int:
         """The last version committed at or before ``timestamp``."""
         return _history.version_at(self.store, to_millis(timestamp))
+
+    def first_version_at_or_after(self, timestamp: Timestamp) -> int:
+        """The first version committed at or after ``timestamp`` (the earliest still in the log
+        for an earlier time), where a stream or a change feed starting at ``timestamp`` begins."""
+        return _history.first_version_at_or_after(self.store, to_millis(timestamp))
+
+    def commit_timestamp(self, version: int) -> int:
+        """When ``version`` was committed (ms since the epoch), as :meth:`history` reports it."""
+        return _history.commit_timestamp(self.store, version)
 
     # -- the change data feed ----------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from txnlog import properties as props
 from txnlog.errors import InvalidArgumentError, LogCorruptError
-from txnlog.file_facts import ColumnPath, partition_fields, physical_path, physical_schema, stats_columns
+from txnlog.file_facts import ColumnPath, partition_fields, physical_path, physical_schema, physical_schema_string, stats_columns
 from txnlog.file_facts import physical_name as _physical_name
 from txnlog.log.actions import Metadata, Protocol
 from txnlog.log.features import check_readable, check_writable, writer_features
@@ -128,6 +128,12 @@ class TableConfiguration:
         partitions = {c.lower() for c in self.partition_columns}
         return physical_schema([f for f in self.schema if f.name.lower() not in partitions], self.is_column_mapped)
 
+    @property
+    def file_schema_string(self) -> str:
+        """:attr:`file_schema` in Delta's JSON form (a ``schemaString``), for engines whose types
+        are Delta's: Spark reads data files with it."""
+        return physical_schema_string(self.metadata.schema_string, self.partition_columns, self.is_column_mapped)
+
     def partition_keys(self) -> list[tuple[str, pa.Field]]:
         """(key in ``partitionValues``, logical field) of each partition column."""
         return partition_fields(self.schema, self.partition_columns, self.is_column_mapped)
@@ -137,7 +143,12 @@ class TableConfiguration:
     @property
     def stats_columns(self) -> list[ColumnPath]:
         """Logical leaf paths to collect file statistics for."""
-        return stats_columns(self.schema, self.metadata.configuration, self.partition_columns)
+        return self.stats_columns_of(self.schema)
+
+    def stats_columns_of(self, schema: pa.Schema) -> list[ColumnPath]:
+        """:attr:`stats_columns` for files written in ``schema`` (the table's, or the table's
+        plus a column of its own, as change data files add ``_change_type``)."""
+        return stats_columns(schema, self.metadata.configuration, self.partition_columns)
 
     @property
     def target_file_size(self) -> int:

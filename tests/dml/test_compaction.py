@@ -1,4 +1,4 @@
-"""Table.optimize (txnlog.dml.compact): small files and files with deletion vectors compacted
+"""Table.optimize (txnlog.optimize): small files and files with deletion vectors compacted
 partition by partition, rows unchanged (read back by DuckDB), row ids kept, dataChange=false."""
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ costs a commit retry, a concurrent delete of a file being compacted makes it re-
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import orjson
 import pyarrow as pa
 import pytest
@@ -13,12 +11,12 @@ import pytest
 pytest.importorskip("pyspark")
 deltalake = pytest.importorskip("deltalake")
 
+from tests.optimize.hooked import HookedStore  # noqa: E402
 from txnlog import Table  # noqa: E402
 from txnlog.errors import InvalidPredicateError  # noqa: E402
 from txnlog.log.filenames import commit_path  # noqa: E402
-from txnlog.spark.optimize import optimize, plan_bins  # noqa: E402
-from txnlog.storage import open_store  # noqa: E402
-from txnlog.testing import FaultInjectingStore  # noqa: E402
+from txnlog.optimize import BIN_COLUMN, bin_batches, plan_bins  # noqa: E402
+from txnlog.spark.optimize import optimize  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -46,21 +44,6 @@ def commit_actions(table: Table, version: int) -> list[dict]:
     return [orjson.loads(line) for line in table.store.read(commit_path(version)).splitlines() if line.strip()]
 
 
-class HookedStore(FaultInjectingStore):
-    """A store that runs ``before`` once, just before the next commit file is put: another
-    writer's commit lands between this writer's planning and its commit."""
-
-    def __init__(self, uri: str, before: Callable[[], None]) -> None:
-        super().__init__(open_store(uri))
-        self.before: Callable[[], None] | None = before
-
-    def put_if_absent(self, path: str, data: bytes) -> None:
-        if path.startswith("_delta_log/") and path.endswith(".json") and self.before is not None:
-            before, self.before = self.before, None
-            before()
-        super().put_if_absent(path, data)
-
-
 def test_plan_bins_packs_small_files_per_partition():
     files = pa.table(
         {
@@ -73,6 +56,33 @@ def test_plan_bins_packs_small_files_per_partition():
     # Day 1: 10+20+30 fits 60; the 500-byte file is already big enough. Day 2: 40+45 > 60.
     assert [b.column("path").to_pylist() for b in bins] == [["f0", "f1", "f2"]]
     assert [b.column("path").to_pylist() for b in plan_bins(files, target_file_size=100)] == [["f0", "f1", "f2"], ["f4", "f5"]]
+
+
+def test_the_bin_plan_runs_in_spark_through_map_in_arrow(spark, tmp_path):
+    """The bin plan is an Arrow function: Spark runs it over a DataFrame of the file list (all
+    files of a partition in one task) and gets the bins the driver plans."""
+    from pyspark.sql import functions as F
+
+    uri = str(tmp_path / "t")
+    table = small_files(uri, ["2024-01-01", "2024-01-02", "2024-01-03"], per_day=4)
+    files = table.snapshot().files()
+    target = 2 * max(files.column("size").to_pylist()) + 1
+    on_driver = {tuple(sorted(b.column("path").to_pylist())) for b in plan_bins(files, target)}
+    assert len(on_driver) == 6  # two bins of two files per day
+
+    df = spark.createDataFrame(files.select(["path", "partition_values", "size", "deletion_vector", "stats"]))
+    schema = df.select("path", F.lit("").alias(BIN_COLUMN)).schema
+    keyed = df.repartition(F.to_json(F.col("partition_values")))
+
+    def planned(batches):
+        for batch in bin_batches(batches, target):
+            yield batch.select(["path", BIN_COLUMN])
+
+    rows = keyed.mapInArrow(planned, schema).collect()
+    in_spark: dict[str, list[str]] = {}
+    for row in rows:
+        in_spark.setdefault(row[BIN_COLUMN], []).append(row["path"])
+    assert {tuple(sorted(paths)) for paths in in_spark.values()} == on_driver
 
 
 def test_compacts_with_data_change_false_and_rows_unchanged(spark, tmp_path):
@@ -93,6 +103,9 @@ def test_compacts_with_data_change_false_and_rows_unchanged(spark, tmp_path):
     assert all(a["dataChange"] is False for a in adds + removes)
     info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
     assert info["operation"] == "OPTIMIZE" and info["isolationLevel"] == "SnapshotIsolation"
+    # The core's parameters, the ones Table.optimize records (delta-spark's names).
+    assert info["operationParameters"] == {"predicate": "[]", "zOrderBy": "[]", "clusterBy": "[]", "auto": "false"}
+    assert info["operationMetrics"]["numBins"] == "2" and info["operationMetrics"]["maxFileSize"] == str(max(a["size"] for a in adds))
     assert table_rows(uri) == before_rows
     # Nothing left to do: a second run commits nothing.
     assert optimize(spark, uri, target_file_size=1 << 20).version is None

@@ -30,7 +30,8 @@ from tests.dv_tables import (  # noqa: E402
 from txnlog.errors import InvalidArgumentError  # noqa: E402
 from txnlog.log.filenames import commit_path  # noqa: E402
 from txnlog.maintenance import restore, vacuum  # noqa: E402
-from txnlog.spark.optimize import optimize, plan_bins  # noqa: E402
+from txnlog.optimize import plan_bins  # noqa: E402
+from txnlog.spark.optimize import optimize  # noqa: E402
 
 DV_TYPE = pa.struct(
     [
@@ -194,7 +195,7 @@ def test_a_concurrent_delete_by_vector_makes_the_purge_replan(spark, tmp_path):
     """A DELETE that grows the vector of a file being purged lands between the purge's plan and
     its commit: the purge must not commit its copy of the file (the newly deleted rows would come
     back); it re-plans from the new snapshot and purges the new vector."""
-    from tests.spark.test_optimize import HookedStore
+    from tests.optimize.hooked import HookedStore
 
     uri = str(tmp_path / "t")
     table = _dv_table(uri)

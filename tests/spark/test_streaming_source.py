@@ -126,6 +126,77 @@ def test_first_batch_keeps_its_rows_when_spark_asks_the_initial_offset_again(tmp
     assert _rows(restarted, end, following) == [(i, kind) for i in range(20, 30)]
 
 
+@pytest.mark.parametrize("change_feed", [False, True], ids=["files", "change-feed"])
+def test_a_schema_change_stops_the_stream_in_either_mode(tmp_path: Path, change_feed: bool) -> None:
+    """A stream reads with the schema it started with: a commit changing it stops the stream,
+    naming the version, in a stream of files and in a stream of changes alike. (The change
+    feed stream used to go on, reading the new rows in the old schema: the new column's values
+    were silently dropped.)"""
+    from txnlog.errors import SchemaError
+
+    uri = str(tmp_path / "src")
+    _append(uri, 0, 3, {"delta.enableChangeDataFeed": "true"})
+    options = {"readChangeFeed": "true"} if change_feed else {}
+    planner = _stream_reader(uri, startingVersion="1", **options)
+    start = planner.initialOffset()
+    table = Table(uri)
+    wider = pa.schema([("id", pa.int64()), ("name", pa.string()), ("extra", pa.string())])
+    with table.transaction("ADD COLUMNS") as txn:
+        txn.update_metadata(schema=wider)
+        txn.commit()
+    changed_at = table.latest_version()
+    table.append(pa.table({"id": [3], "name": ["n3"], "extra": ["kept?"]}, schema=wider))
+    with pytest.raises(SchemaError, match=f"version {changed_at}"):
+        end = planner.latestOffset(start, planner.getDefaultReadLimit())
+        _rows(planner, start, end)
+
+
+def test_a_batch_spanning_the_snapshot_and_later_commits_reads_both(tmp_path: Path) -> None:
+    """A rate-limited first batch stops inside the starting snapshot; the next one takes the
+    snapshot's last file and a later commit's file together (listed with and without stats)."""
+    uri = str(tmp_path / "src")
+    for i in range(3):
+        _append(uri, i * 2, 2)  # versions 1..3, a file each
+    planner = _stream_reader(uri, maxFilesPerTrigger="2")
+    limit = planner.getDefaultReadLimit()
+    start = planner.initialOffset()
+    first = planner.latestOffset(start, limit)
+    assert first == {"version": 3, "index": 2, "snapshot": True}
+    _append(uri, 6, 2)  # version 4
+    second = planner.latestOffset(first, limit)
+    assert second == {"version": 5, "index": 0, "snapshot": False}
+    assert len(_rows(planner, start, first)) == 4
+    assert sorted(i for i, _ in _rows(planner, first, second)) == sorted({*range(8)} - {i for i, _ in _rows(planner, start, first)})
+
+
+def test_a_batch_is_planned_from_the_commits_its_offset_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """partitions() takes the commits latestOffset() classified for the same batch: each commit
+    is read once per batch (they were forgotten and read again), then dropped when Spark
+    commits the batch."""
+    from txnlog.spark.datasource import stream_read
+
+    uri = str(tmp_path / "src")
+    _append(uri, 0, 2)
+    planner = _stream_reader(uri, startingVersion="1")
+    for i in range(1, 6):
+        _append(uri, i * 2, 2)  # versions 2..6
+    reads: list[tuple[int, int]] = []
+    real = stream_read.commit_changes
+
+    def counted(store: Any, listing: Any, first: int, last: int) -> Any:
+        reads.append((first, last))
+        return real(store, listing, first, last)
+
+    monkeypatch.setattr(stream_read, "commit_changes", counted)
+    start = planner.initialOffset()
+    end = planner.latestOffset(start, planner.getDefaultReadLimit())
+    assert reads == [(1, 6)]
+    assert sorted(i for i, _ in _rows(planner, start, end)) == list(range(12))
+    assert reads == [(1, 6)]  # nothing read again
+    planner.commit(end)
+    assert not planner._versions  # what the committed batch needed is dropped
+
+
 def test_starting_latest_begins_after_the_version_the_first_batch_finds(tmp_path: Path) -> None:
     uri = str(tmp_path / "src")
     _append(uri, 0, 10)

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from txnlog import OptimisticTransaction, Table, dml
 from txnlog.errors import CommitConflictError
+from txnlog.optimize import OptimizeParameters, stage_optimize
 
 OPERATIONS = ["DELETE", "UPDATE", "MERGE", "OPTIMIZE", "append"]
 RELATIONS = ["same rows", "same file, other rows", "other files"]
@@ -43,7 +44,8 @@ def begin(table: Table, operation: str, ids: tuple[int, ...], relation: str, *, 
     elif operation == "MERGE":
         dml.merge(txn, pa.table({"id": list(ids), "v": [7] * len(ids)}, schema=SCHEMA), "id", when_matched_update="*")
     elif operation == "OPTIMIZE":
-        dml.compact(txn, "id >= 10" if winner and relation == "other files" else "id < 10", min_files=1)
+        chosen = txn.snapshot.files("id >= 10" if winner and relation == "other files" else "id < 10")
+        stage_optimize(txn, OptimizeParameters(min_files=1), files=chosen)
     else:  # a blind append: of a row the other side's rows name, or of new ids
         new = (ids[0],) if relation == "same rows" else (100, 101)
         txn.write(pa.table({"id": list(new), "v": [0] * len(new)}, schema=SCHEMA))

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from txnlog import OptimisticTransaction, Table, dml
+from txnlog.optimize import OptimizeParameters, stage_optimize
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64())])
 PROPERTIES = {
@@ -79,7 +80,7 @@ def begin(table: Table, op: Op) -> OptimisticTransaction | None:
         txn.write(pa.table({"id": list(op.ids), "v": [op.value] * len(op.ids)}, schema=SCHEMA))
         changed = True
     else:  # optimize: every live row rewritten with its row id, dataChange=false
-        changed = dml.compact(txn).changed
+        changed = stage_optimize(txn, OptimizeParameters()).changed
     if not changed:
         txn.abort()
         return None

@@ -14,6 +14,7 @@ from tests.dml.conftest import duckdb_rows, sorted_rows
 from txnlog import Table, dml
 from txnlog import properties as props
 from txnlog.errors import CommitConflictError, ConcurrentDeleteDeleteError, ConcurrentDeleteReadError, ConcurrentRowsError
+from txnlog.optimize import OptimizeParameters, stage_optimize
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64())])
 ROW_LEVEL = {"delta.enableDeletionVectors": "true", "delta.enableRowTracking": "true"}
@@ -122,7 +123,7 @@ def test_the_same_rows_conflict_naming_the_file_and_rows(tmp_path: Path) -> None
 def test_compaction_carries_a_concurrent_delete_onto_its_output(tmp_path: Path) -> None:
     table = make_table(tmp_path / "t")
     optimize = table.transaction("OPTIMIZE")
-    dml.compact(optimize)
+    stage_optimize(optimize, OptimizeParameters())
     deleted = table.delete("id in (0, 17, 29)")
     result = optimize.commit()
     assert [(s.version, s.operation, s.kind) for s in result.rebased] == [(deleted.version, "DELETE", "deletion vector")]

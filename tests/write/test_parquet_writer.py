@@ -23,20 +23,21 @@ from txnlog.log.actions import AddFile, Metadata, Protocol  # noqa: E402
 from txnlog.log.codec import encode_commit  # noqa: E402
 from txnlog.schema import FIELD_METADATA_KEY, arrow_to_delta_schema  # noqa: E402
 from txnlog.storage import open_store  # noqa: E402
+from txnlog.table_configuration import TableConfiguration  # noqa: E402
 from txnlog.write import write_data_files  # noqa: E402
 
 UTC = dt.timezone.utc
 
 
+def configuration_of(schema: pa.Schema, partition_columns: Sequence[str] = (), configuration: Mapping[str, str] | None = None) -> TableConfiguration:
+    """The facts of a table of ``schema`` with these properties, as a writer takes them."""
+    metadata = Metadata("t", arrow_to_delta_schema(schema), tuple(partition_columns), dict(configuration or {}))
+    return TableConfiguration.from_actions(Protocol(1, 2), metadata)
+
+
 def write(root: Path | str, data: Any, schema: pa.Schema, partition_columns: Sequence[str] = (), **kwargs: Any) -> list[AddFile]:
-    return write_data_files(
-        open_store(str(root)),
-        data,
-        table_schema=schema,
-        partition_columns=partition_columns,
-        configuration=kwargs.pop("configuration", {}),
-        **kwargs,
-    )
+    config = configuration_of(schema, partition_columns, kwargs.pop("configuration", {}))
+    return write_data_files(open_store(str(root)), data, table_configuration=config, table_schema=schema, **kwargs)
 
 
 def commit(
@@ -407,7 +408,7 @@ def test_failure_mid_stream_deletes_the_files_already_written(tmp_path: Path) ->
 def test_memory_store(memory_table_uri: str) -> None:
     store = open_store(memory_table_uri)
     data = pa.table({"id": [1, 2, 3], "p": ["a", "b", "a"]})
-    adds = write_data_files(store, data, table_schema=data.schema, partition_columns=["p"], configuration={})
+    adds = write_data_files(store, data, table_configuration=configuration_of(data.schema, ["p"]))
     assert sorted(a.partition_values["p"] for a in adds) == ["a", "b"]
     for a in adds:
         info = store.info(unquote(a.path))

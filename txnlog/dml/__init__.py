@@ -8,11 +8,11 @@ run on Arrow in this process (``run_row_change``, ``run_merge``, ``stage_write``
 transaction and return a metrics value (:class:`RowChangeMetrics`, :class:`MergeMetrics`) that
 the transaction's owner records with the plan's parameters: :class:`txnlog.Table`'s ``delete``,
 ``update`` and ``merge`` do both in a transaction of their own. ``delete``, ``update`` and
-``merge`` here plan and run in the caller's transaction.
+``merge`` here plan and run in the caller's transaction. OPTIMIZE, which changes no row, is
+:mod:`txnlog.optimize`.
 """
 
 from txnlog.dml.change_data import ChangeData
-from txnlog.dml.compaction import compact, plan_bins
 from txnlog.dml.merging import SOURCE_ROW, KeyMatcher, merge, run_merge
 from txnlog.dml.metrics import DmlResult, FileCounts, MergeMetrics, RowChangeMetrics, Timing, live_rows
 from txnlog.dml.plans import MergeClause, MergePlan, RowChangePlan, SqlExpression
@@ -52,7 +52,6 @@ __all__ = [
     "WriteOptions",
     "WritePlan",
     "WriteResult",
-    "compact",
     "delete",
     "evolved_schema",
     "files_table",
@@ -61,7 +60,6 @@ __all__ = [
     "merge",
     "merge_candidates",
     "open_write",
-    "plan_bins",
     "plan_write",
     "rows_matching",
     "run_merge",

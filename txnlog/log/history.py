@@ -6,6 +6,7 @@ times before, made monotonic as Delta does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +37,12 @@ def _listing(store: LogStore) -> LogListing:
     return listing
 
 
-def commit_timestamps(store: LogStore, listing: LogListing, commits: dict[int, Commit]) -> list[tuple[int, int]]:
-    """(version, commit time) for every commit still in the log, oldest first. The commits it
-    had to read are left in ``commits`` for the caller."""
+def commit_timestamps(
+    store: LogStore, listing: LogListing, commits: dict[int, Commit], *, first: int | None = None, last: int | None = None
+) -> list[tuple[int, int]]:
+    """(version, commit time) for every commit still in the log, oldest first (only those in
+    ``[first, last]`` when given: later commits are then not read). The commits it had to read
+    are left in ``commits`` for the caller."""
     versions = sorted(listing.commits)
 
     def has_ict(v: int) -> bool:
@@ -58,30 +62,72 @@ def commit_timestamps(store: LogStore, listing: LogListing, commits: dict[int, C
             else:
                 lo = mid + 1
         ict_from = lo
-        missing = [listing.commits[v] for v in versions[ict_from:] if v not in commits]
-        commits.update({c.version: c for c in read_commits(store, missing)})
-    ict_commits = {v: commits[v] for v in versions[ict_from:]}
+    ict = set(versions[ict_from:])  # a suffix: no commit without one comes after them
+
+    def wanted(v: int) -> bool:
+        return (first is None or v >= first) and (last is None or v <= last)
+
+    missing = [listing.commits[v] for v in versions if wanted(v) and v in ict and v not in commits]
+    commits.update({c.version: c for c in read_commits(store, missing)})
     out: list[tuple[int, int]] = []
     previous = None
     for v in versions:
-        ts = ict_commits[v].timestamp if v in ict_commits else listing.commits[v].modification_time
-        if previous is not None and ts <= previous and v not in ict_commits:
+        if v in ict:
+            if wanted(v):
+                out.append((v, commits[v].timestamp))
+            continue
+        ts = listing.commits[v].modification_time
+        if previous is not None and ts <= previous:
             ts = previous + 1
-        out.append((v, ts))
+        if wanted(v):
+            out.append((v, ts))
         previous = ts
     return out
 
 
-def version_at(store: LogStore, timestamp_ms: int) -> int:
-    """The last version committed at or before ``timestamp_ms``."""
-    stamps = commit_timestamps(store, _listing(store), {})
-    candidates = [v for v, t in stamps if t <= timestamp_ms]
-    if not candidates:
+def last_at_or_before(stamps: Sequence[tuple[int, int]], timestamp_ms: int, *, where: str, what: str = "timestamp") -> int:
+    """Of ``stamps`` ((version, commit time), oldest first), the last version committed at or
+    before ``timestamp_ms``; VersionNotFoundError (naming ``where`` and ``what``) when every
+    commit is later."""
+    earlier = [v for v, t in stamps if t <= timestamp_ms]
+    if not earlier:
         raise VersionNotFoundError(
-            f"{store.root_uri}: timestamp {timestamp_text(timestamp_ms)} is before the earliest commit still in the log "
+            f"{where}: {what} {timestamp_text(timestamp_ms)} is before the earliest commit still in the log "
             f"(version {stamps[0][0]} at {timestamp_text(stamps[0][1])})"
         )
-    return candidates[-1]
+    return earlier[-1]
+
+
+def first_at_or_after(stamps: Sequence[tuple[int, int]], timestamp_ms: int, *, where: str, what: str = "timestamp") -> int:
+    """Of ``stamps``, the first version committed at or after ``timestamp_ms``;
+    VersionNotFoundError when every commit is earlier."""
+    later = next((v for v, t in stamps if t >= timestamp_ms), None)
+    if later is None:
+        raise VersionNotFoundError(
+            f"{where}: {what} {timestamp_text(timestamp_ms)} is after the latest commit (version {stamps[-1][0]} at {timestamp_text(stamps[-1][1])})"
+        )
+    return later
+
+
+def version_at(store: LogStore, timestamp_ms: int, *, listing: LogListing | None = None) -> int:
+    """The last version committed at or before ``timestamp_ms``."""
+    return last_at_or_before(commit_timestamps(store, listing or _listing(store), {}), timestamp_ms, where=store.root_uri)
+
+
+def first_version_at_or_after(store: LogStore, timestamp_ms: int, *, listing: LogListing | None = None) -> int:
+    """The first version committed at or after ``timestamp_ms`` (the earliest still in the log
+    for a time before it, as delta-spark starts a stream); VersionNotFoundError when every
+    commit is earlier."""
+    return first_at_or_after(commit_timestamps(store, listing or _listing(store), {}), timestamp_ms, where=store.root_uri)
+
+
+def commit_timestamp(store: LogStore, version: int, *, listing: LogListing | None = None) -> int:
+    """The commit time of ``version`` (ms), as :func:`history` reports it; VersionNotFoundError
+    when its commit file is gone."""
+    stamps = commit_timestamps(store, listing or _listing(store), {}, first=version, last=version)
+    if stamps:
+        return stamps[0][1]
+    raise VersionNotFoundError(f"{store.root_uri}: version {version} has no commit file in the log", version=version)
 
 
 def history(store: LogStore, limit: int | None = None) -> list[HistoryEntry]:

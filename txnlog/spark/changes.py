@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
@@ -23,9 +22,9 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 from txnlog import Table, Timestamp
 from txnlog.file_facts import parse_partition_values
 from txnlog.log import VersionChanges
-from txnlog.read import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
-from txnlog.spark.common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
-from txnlog.spark.reader import _file_schema
+from txnlog.read import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, ChangeScan, change_scans
+from txnlog.spark.common import hadoop_path, path_key, spark_path_key
+from txnlog.spark.reader import logical_columns, table_schemas
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,8 +54,7 @@ def read_changes(
     table = Table(uri, storage_options, allow_absolute_paths=allow_absolute_paths)
     versions = table.change_files(starting_version, ending_version, starting_timestamp=starting_timestamp, ending_timestamp=ending_timestamp)
     snapshot = table.snapshot(versions[-1].version if versions else None)
-    table_fields, file_schema_json = _file_schema(snapshot)
-    logical = spark_schema_of(orjson.dumps({"type": "struct", "fields": table_fields}).decode())
+    logical, data_schema = table_schemas(snapshot)
     out_schema = StructType(
         [
             *logical.fields,
@@ -69,12 +67,11 @@ def read_changes(
     for changes in versions:
         entries.add_version(changes)
     parts = []
-    data_schema = spark_schema_of(orjson.dumps(file_schema_json).decode())
     if entries.change_files:
         cdc_schema = StructType([*data_schema.fields, StructField(CHANGE_TYPE, StringType())])
-        parts.append(_select(entries.read(spark, cdc_schema, change_files=True), table_fields, logical, snapshot, own_type=True))
+        parts.append(_select(entries.read(spark, cdc_schema, change_files=True), logical, snapshot))
     if entries.data_files:
-        parts.append(_select(entries.read(spark, data_schema, change_files=False), table_fields, logical, snapshot, own_type=False))
+        parts.append(_select(entries.read(spark, data_schema, change_files=False), logical, snapshot))
     if not parts:
         return spark.createDataFrame([], out_schema)
     df = parts[0]
@@ -95,33 +92,29 @@ class _Entries:
         self.change_files: list[int] = []
         self.data_files: list[int] = []
 
-    def _entry(self, file: pa.Table, changes: VersionChanges, change_type: str | None, keep_marked: bool, marked: np.ndarray | None) -> None:
+    def _entry(self, file: pa.Table, scan: ChangeScan, keep_marked: bool, marked: np.ndarray | None) -> None:
         n = len(self.rows)
         uri = self.snapshot.locate(file.column("path")[0].as_py()).uri  # UnsafePathError on escapes
         self.rows.append({
-            _ENTRY: n, _KEY: path_key(uri), "uri": uri, COMMIT_VERSION: changes.version,
-            COMMIT_TIMESTAMP: changes.timestamp * 1000, "change_type": change_type, _KEEP_MARKED: keep_marked,
+            _ENTRY: n, _KEY: path_key(uri), "uri": uri, COMMIT_VERSION: scan.version,
+            COMMIT_TIMESTAMP: scan.timestamp * 1000, "change_type": scan.change_type, _KEEP_MARKED: keep_marked,
         })
         self.files.append(file)
-        (self.data_files if change_type is not None else self.change_files).append(n)
+        (self.data_files if scan.change_type is not None else self.change_files).append(n)
         if marked is not None and len(marked):
             self.marks.append((n, marked))
 
     def add_version(self, changes: VersionChanges) -> None:
+        """The version's reads (the core's plan): Spark's Parquet reader applies no deletion
+        vector, so a live read marks the rows a file's vector deletes, to drop them."""
         store = self.snapshot.store
-        for i in range(changes.change_files.num_rows):
-            self._entry(changes.change_files.slice(i, 1), changes, None, False, None)
-        for files, change_type in ((changes.deleted, "delete"), (changes.inserted, "insert")):
-            for i, deleted in enumerate(self.context.deleted_rows(files, store)):
-                self._entry(files.slice(i, 1), changes, change_type, False, _positions(deleted))
-        before = self.context.deleted_rows(changes.vector_removed, store)
-        after = self.context.deleted_rows(changes.vector_added, store)
-        for i in range(changes.vector_added.num_rows):
-            old, new = _positions(before[i]), _positions(after[i])
-            file = changes.vector_added.slice(i, 1)
-            for change_type, rows in (("delete", np.setdiff1d(new, old)), ("insert", np.setdiff1d(old, new))):
-                if len(rows):
-                    self._entry(file, changes, change_type, True, rows)
+        for scan in change_scans(self.context, changes, store):
+            if scan.positions is not None:
+                self._entry(scan.files, scan, True, scan.positions)
+                continue
+            for i, deleted in enumerate(self.context.deleted_rows(scan.files, store)):
+                marked = None if deleted is None else np.asarray(deleted.to_numpy(zero_copy_only=False), dtype=np.int64)
+                self._entry(scan.files.slice(i, 1), scan, False, marked)
 
     def read(self, spark: SparkSession, schema: StructType, *, change_files: bool) -> DataFrame:
         ids = self.change_files if change_files else self.data_files
@@ -159,28 +152,9 @@ class _Entries:
         return df.filter(F.col(_KEEP_MARKED) == is_marked)
 
 
-def _positions(rows: pa.Array | None) -> np.ndarray:
-    if rows is None:
-        return np.empty(0, dtype=np.int64)
-    return np.asarray(rows.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
-def _select(df: DataFrame, table_fields: list[dict[str, Any]], logical: StructType, snapshot: Snapshot, *, own_type: bool) -> DataFrame:
+def _select(df: DataFrame, logical: StructType, snapshot: Snapshot) -> DataFrame:
     """The table's logical columns, then the change columns."""
-    mapped = snapshot.table_configuration.is_column_mapped
-    partition_set = {c.lower() for c in snapshot.partition_columns}
-    by_name = {f.name: f for f in logical.fields}
-    columns = []
-    for field in table_fields:
-        name = field["name"]
-        if name.lower() in partition_set:
-            columns.append(column(name).cast(by_name[name].dataType).alias(name))
-        elif mapped:
-            physical = snapshot.table_configuration.physical_name(name)
-            columns.append(column(physical).cast(by_name[name].dataType).alias(name))
-        else:
-            columns.append(column(name).alias(name))
-    return df.select(*columns, F.col(CHANGE_TYPE), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))
+    return df.select(*logical_columns(logical, snapshot), F.col(CHANGE_TYPE), F.col(COMMIT_VERSION), F.col(COMMIT_TIMESTAMP))
 
 
 __all__ = ["read_changes"]

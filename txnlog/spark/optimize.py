@@ -1,14 +1,11 @@
-"""OPTIMIZE on Spark: bin-packing compaction committed with ``dataChange=false``.
+"""OPTIMIZE on Spark: the core's plan (:mod:`txnlog.optimize`), executed by Spark.
 
-Small files of one partition are packed into bins of about the target file size; Spark
-executors read each bin and write it back as fewer, larger files; the driver commits the
-removes and adds in one transaction whose file actions all say ``dataChange=false``, so it runs
-at SnapshotIsolation and concurrent appends never fail it.
-
-Compaction changes no row, so redoing it is always safe: when a concurrent commit wins a
-conflict (it deleted or rewrote a file being compacted, or changed the metadata), the plan is
-thrown away and made again from the new snapshot, up to ``max_attempts`` times. Files written by
-a discarded attempt stay for vacuum.
+The plan, the parameters recorded in ``commitInfo``, the predicate rule and the retry rule are
+the core's, the same as ``Table.optimize``'s: small files of one partition are packed into bins
+of about the target file size, and a conflicting commit makes it re-plan from the new snapshot,
+up to ``max_attempts`` times. Here Spark executors read each bin and write it back as fewer,
+larger files; the driver commits the removes and adds in one transaction whose file actions all
+say ``dataChange=false``, so it runs at SnapshotIsolation and concurrent appends never fail it.
 
 ``predicate`` may name partition columns only (as Delta's ``OPTIMIZE ... WHERE``): keep
 compaction on old partitions, away from the ones a stream is still writing.
@@ -26,58 +23,39 @@ table's materialized columns, so that ids survive the new files' new ``baseRowId
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from txnlog import CommitResult, OptimisticTransaction, Snapshot, Table, WriteContext
-from txnlog import properties as props
-from txnlog.dml import plan_bins
-from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError, InvalidPredicateError
+from txnlog import AddFile, OptimisticTransaction, Table
+from txnlog.optimize import OptimizeParameters, OptimizePlan, OptimizeResult
+from txnlog.optimize import optimize as run_optimize
 from txnlog.spark.common import column
 from txnlog.spark.reader import read_files
 from txnlog.spark.tasks import write_files
-
-log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class OptimizeResult:
-    """What one ``optimize`` call did. ``version`` is None when there was nothing to compact."""
-
-    version: CommitResult | None
-    files_removed: int = 0
-    files_added: int = 0
-    bytes_removed: int = 0
-    partitions_optimized: int = 0
-    #: plans made (1 + the number of conflicts that made it re-plan)
-    attempts: int = 1
-    #: the conflicts that made it re-plan, as their messages
-    conflicts: tuple[str, ...] = field(default_factory=tuple)
-
-
-def _check_predicate(snapshot: Snapshot, predicate: str | None) -> None:
-    if predicate is None:
-        return
-    parsed = snapshot.predicate(predicate)
-    if not parsed.matches_partition_only():
-        others = sorted(parsed.columns - set(parsed.partition_columns))
-        raise InvalidPredicateError(
-            f"optimize predicate {predicate!r} on {snapshot.uri} may name partition columns only "
-            f"({list(snapshot.partition_columns) or 'the table is not partitioned'}); it names {others}",
-            predicate=predicate,
-        )
 
 
 def _open(uri: str | Table, storage_options: Mapping[str, Any] | None) -> Table:
     if isinstance(uri, Table):
         return uri
     return Table(uri, storage_options)
+
+
+def spark_executor(spark: Any) -> Any:
+    """The executor of an :class:`OptimizePlan` on ``spark``: the plan's files read by Spark's
+    reader (row ids with them when the plan keeps them), all rows of a partition in one task so
+    that each comes back as files of about the target size, written by the tasks."""
+
+    def execute(plan: OptimizePlan, txn: OptimisticTransaction) -> list[AddFile]:
+        snapshot = txn.snapshot
+        assert snapshot is not None  # the core plans only on a snapshot
+        ctx = txn.write_context(target_file_size=plan.target_size)
+        df = read_files(spark, snapshot, plan.files, with_row_ids=plan.preserve_row_ids)
+        partition_columns = list(snapshot.partition_columns)
+        bins = len(plan.bins)
+        df = df.repartition(bins, *[column(c) for c in partition_columns]) if partition_columns else df.coalesce(bins)
+        return write_files(df, ctx, target_file_size=plan.target_size, data_change=False, preserve_row_ids=plan.preserve_row_ids)
+
+    return execute
 
 
 def optimize(
@@ -100,98 +78,22 @@ def optimize(
     so that none is left, as delta-spark's ``REORG TABLE ... APPLY (PURGE)``; the commit's
     operation is ``REORG``. ``uri`` is a table URI or an open :class:`txnlog.Table`.
     ``target_file_size`` defaults to the table's ``delta.targetFileSize``. Returns an
-    :class:`OptimizeResult`; raises the last ``CommitConflictError`` if every one of
-    ``max_attempts`` plans lost to a conflicting commit.
+    :class:`~txnlog.optimize.OptimizeResult`; raises the last ``CommitConflictError`` if every
+    one of ``max_attempts`` plans lost to a conflicting commit.
     """
-    if max_attempts < 1:
-        raise InvalidArgumentError(f"max_attempts must be at least 1, got {max_attempts}")
     table = _open(uri, storage_options)
-    conflicts: list[str] = []
-    for attempt in range(1, max_attempts + 1):
-        snapshot = table.snapshot()
-        _check_predicate(snapshot, predicate)
-        target = target_file_size if target_file_size is not None else snapshot.table_configuration.target_file_size
-        ratio = max_deleted_rows_ratio if max_deleted_rows_ratio is not None else props.OPTIMIZE_MAX_DELETED_ROWS_RATIO.get(snapshot.configuration)
-        bins = plan_bins(
-            snapshot.files(predicate),
-            target,
-            min_files=min_files,
-            max_deleted_rows_ratio=ratio,
-            purge_deletion_vectors=purge_deletion_vectors,
-        )
-        if not bins:
-            log.info("optimize %s at version %d: nothing to compact", table.uri, snapshot.version)
-            return OptimizeResult(None, attempts=attempt, conflicts=tuple(conflicts))
-        inputs = pa.concat_tables(bins)
-        started = time.monotonic()
-        txn = OptimisticTransaction(
-            table.location,
-            snapshot,
-            operation="REORG" if purge_deletion_vectors else "OPTIMIZE",
-            operation_parameters=(
-                {"predicate": [predicate] if predicate else [], "applyPurge": True}
-                if purge_deletion_vectors
-                else {"predicate": [predicate] if predicate else [], "targetFileSize": target}
-            ),
-            hooks=table.hooks,
-            on_commit=None,
-        )
-        try:
-            ctx = WriteContext.for_snapshot(snapshot, storage_options=table.storage_options, target_file_size=target)
-            # Under row tracking, every row keeps its stable id and commit version.
-            row_ids = snapshot.table_configuration.row_ids_preserved
-            df = read_files(spark, snapshot, inputs, with_row_ids=row_ids)
-            # All rows of a partition in one task, so each comes back as files of about the
-            # target size (not one file per input task).
-            partition_columns = list(snapshot.partition_columns)
-            df = df.repartition(len(bins), *[column(c) for c in partition_columns]) if partition_columns else df.coalesce(len(bins))
-            adds = write_files(df, ctx, target_file_size=target, data_change=False, preserve_row_ids=row_ids)
-            txn.remove_files(inputs, data_change=False)
-            txn.add_files(adds, data_change=False)
-            txn.set_operation_metrics(
-                numRemovedFiles=inputs.num_rows,
-                numAddedFiles=len(adds),
-                numRemovedBytes=int(pc.sum(inputs.column("size")).as_py() or 0),
-                numAddedBytes=sum(a.size for a in adds),
-                numBins=len(bins),
-                numDeletionVectorsRemoved=inputs.num_rows - inputs.column("deletion_vector").null_count,
-            )
-            version = txn.commit()
-        except CommitConflictError as conflict:
-            txn.abort()
-            conflicts.append(str(conflict))
-            log.warning(
-                "optimize %s: attempt %d lost to %s; re-planning from the new snapshot",
-                table.uri,
-                attempt,
-                conflict,
-            )
-            if attempt == max_attempts:
-                raise
-            continue
-        except BaseException:
-            txn.abort()
-            raise
-        partitions = {str(b.column("partition_values")[0].as_py()) for b in bins}
-        log.info(
-            "optimize %s: version %d, %d files -> %d in %.1fs",
-            table.uri,
-            version,
-            inputs.num_rows,
-            len(adds),
-            time.monotonic() - started,
-        )
-        return OptimizeResult(
-            version,
-            files_removed=inputs.num_rows,
-            files_added=len(adds),
-            bytes_removed=int(pc.sum(inputs.column("size")).as_py() or 0),
-            partitions_optimized=len(partitions),
-            attempts=attempt,
-            conflicts=tuple(conflicts),
-        )
-    raise CommitFailedError(f"optimize {table.uri}: no attempt left", attempts=max_attempts)  # pragma: no cover - loop returns or raises
+    parameters = OptimizeParameters(
+        predicate=predicate,
+        target_size=target_file_size,
+        min_files=min_files,
+        max_deleted_rows_ratio=max_deleted_rows_ratio,
+        purge_deletion_vectors=purge_deletion_vectors,
+    )
+
+    def begin(operation: str, params: Mapping[str, Any]) -> OptimisticTransaction:
+        return table.transaction(operation, operation_parameters=params)
+
+    return run_optimize(begin, parameters, spark_executor(spark), max_attempts=max_attempts)
 
 
-__all__ = ["OptimizeResult", "optimize", "plan_bins"]
-
+__all__ = ["OptimizeResult", "optimize", "spark_executor"]

@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import functions as F
@@ -38,7 +37,6 @@ from txnlog import Table, Timestamp
 from txnlog.errors import InvalidArgumentError, LogCorruptError, TxnLogError
 from txnlog.file_facts import parse_partition_values
 from txnlog.log import DeletionVectorError
-from txnlog.properties import PHYSICAL_NAME_KEY
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
 
@@ -71,7 +69,6 @@ _MAX_ROWS = 1 << 36
 # ``scheme:///path`` and ``scheme:/path`` name the same file (an empty authority); Spark prints
 # a local file one way in ``inputFiles`` and the other in ``_metadata.file_path``.
 _EMPTY_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):///")
-_MAPPING_NAME = PHYSICAL_NAME_KEY
 
 
 def read(
@@ -102,35 +99,30 @@ def read(
     return df
 
 
-def _physical_type(t: Any) -> Any:
-    """A Delta schema type (JSON) with every nested field under its physical name."""
-    if isinstance(t, dict):
-        kind = t.get("type")
-        if kind == "struct":
-            return {**t, "fields": [_physical_field(f) for f in t["fields"]]}
-        if kind == "array":
-            return {**t, "elementType": _physical_type(t["elementType"])}
-        if kind == "map":
-            return {**t, "keyType": _physical_type(t["keyType"]), "valueType": _physical_type(t["valueType"])}
-    return t
+def table_schemas(snapshot: Snapshot) -> tuple[StructType, StructType]:
+    """(the table's logical schema, the schema Spark reads its data files with) as Spark types;
+    the second is the snapshot's :attr:`TableConfiguration.file_schema_string` (partition
+    columns left out, physical names under column mapping)."""
+    return spark_schema_of(snapshot.metadata.schema_string), spark_schema_of(snapshot.table_configuration.file_schema_string)
 
 
-def _physical_field(f: dict[str, Any]) -> dict[str, Any]:
-    name = (f.get("metadata") or {}).get(_MAPPING_NAME, f["name"])
-    return {**f, "name": name, "type": _physical_type(f["type"]), "metadata": {}}
-
-
-def _file_schema(snapshot: Snapshot) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(the table's fields as JSON, the data files' schema as JSON: partition columns left out,
-    physical names under column mapping)."""
-    fields = orjson.loads(snapshot.metadata.schema_string)["fields"]
-    partitions = {c.lower() for c in snapshot.partition_columns}
-    data = [f for f in fields if f["name"].lower() not in partitions]
-    if snapshot.table_configuration.is_column_mapped:
-        data = [_physical_field(f) for f in data]
-    else:
-        data = [{**f, "metadata": {}} for f in data]
-    return fields, {"type": "struct", "fields": data}
+def logical_columns(logical: StructType, snapshot: Snapshot) -> list[Column]:
+    """Each logical column of the table from a DataFrame read with :func:`table_schemas`' file
+    schema plus the partition columns: physical names under column mapping, partition values
+    cast to their type."""
+    config = snapshot.table_configuration
+    mapped = config.is_column_mapped
+    partition_set = {c.lower() for c in snapshot.partition_columns}
+    columns = []
+    for field in logical.fields:
+        name = field.name
+        if name.lower() in partition_set:
+            columns.append(column(name).cast(field.dataType).alias(name))
+        elif mapped:
+            columns.append(column(config.physical_name(name)).cast(field.dataType).alias(name))
+        else:
+            columns.append(column(name).alias(name))
+    return columns
 
 
 def _deleted_bitsets(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
@@ -240,12 +232,10 @@ def read_files(
     the materialized values where a file holds them, else the file's ``baseRowId`` + position
     and its ``defaultRowCommitVersion`` (what a rewrite passes to ``preserve_row_ids``)."""
 
-    table_fields, file_schema_json = _file_schema(snapshot)
+    logical, file_schema = table_schemas(snapshot)
     tracking = _row_tracking_columns(snapshot, files) if with_row_ids else None
     if tracking is not None:  # the hidden columns, null in files that lack them
-        file_schema_json["fields"] += [{"name": c, "type": "long", "nullable": True, "metadata": {}} for c in tracking]
-    logical = spark_schema_of(orjson.dumps({"type": "struct", "fields": table_fields}).decode())
-    file_schema = spark_schema_of(orjson.dumps(file_schema_json).decode())
+        file_schema = StructType([*file_schema.fields, *(StructField(c, LongType(), True) for c in tracking)])
     extra_fields = [StructField(FILE_COLUMN, StringType())] if with_file_column else []
     if with_row_index:
         extra_fields.append(StructField(ROW_INDEX_COLUMN, LongType()))
@@ -275,8 +265,6 @@ def read_files(
     need_join = bool(partitions) or deleted is not None or with_file_column or with_row_index or with_row_ids
 
     df = spark.read.schema(file_schema).parquet(*[hadoop_path(u) for u in sorted(set(uris))])
-    physical = {f["name"]: (f.get("metadata") or {}).get(_MAPPING_NAME, f["name"]) for f in table_fields}
-    mapped = snapshot.table_configuration.is_column_mapped
     if need_join:
         file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path")})
         if deleted is not None:
@@ -312,17 +300,7 @@ def read_files(
         if deleted is not None:
             df = df.filter(_not_deleted(F.col(_ROW), _DELETED_BLOCKS in deleted.column_names))
 
-    by_name = {f.name: f for f in logical.fields}
-    columns = []
-    partition_set = {c.lower() for c in partitions}
-    for field in table_fields:
-        name = field["name"]
-        target = by_name[name].dataType
-        if name.lower() in partition_set:
-            source = column(name)
-        else:
-            source = column(physical[name] if mapped else name)
-        columns.append(source.cast(target).alias(name) if (mapped or name.lower() in partition_set) else source.alias(name))
+    columns = logical_columns(logical, snapshot)
     if with_file_column:
         columns.append(F.col(FILE_COLUMN))
     if with_row_index:
@@ -351,4 +329,4 @@ def _row_tracking_columns(snapshot: Snapshot, files: pa.Table) -> tuple[str, str
     return columns.row_id, columns.row_commit_version
 
 
-__all__ = ["FILE_COLUMN", "ROW_INDEX_COLUMN", "read", "read_files"]
+__all__ = ["FILE_COLUMN", "ROW_INDEX_COLUMN", "logical_columns", "read", "read_files", "table_schemas"]

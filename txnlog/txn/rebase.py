@@ -32,7 +32,7 @@ from txnlog.errors import ConcurrentRowsError
 from txnlog.expressions import FilePredicate
 from txnlog.file_facts import file_keys
 from txnlog.log.file_actions import FILES_SCHEMA
-from txnlog.read import ReadContext
+from txnlog.read import ReadContext, deletion_vector_diff
 from txnlog.storage.base import LogStore
 from txnlog.txn.conflicts import Resolved, Winners
 from txnlog.write import RowDeletes, delete_rows
@@ -247,10 +247,10 @@ class Rebase:
         if after.column("deletion_vector")[0].as_py() is None:
             return None
         old, new = self.ctx.deleted_rows(pa.concat_tables([_files_layout(before), _files_layout(after)]), self.store)
-        old_rows, new_rows = _positions(old), _positions(new)
-        if len(np.setdiff1d(old_rows, new_rows)):
+        deleted, restored = deletion_vector_diff(old, new)
+        if len(restored):
             return None  # rows came back (a restore): not a deletion
-        return np.setdiff1d(new_rows, old_rows).astype(np.uint64)
+        return deleted.astype(np.uint64)
 
     def _ids(self, file: pa.Table) -> pa.Table:
         """Each live row's position and stable row id in ``file``, read once per file key (a

@@ -273,6 +273,13 @@ class OptimisticTransaction:
         self._read_keys.append(file_keys(files))
         return files
 
+    def track_files_read(self, files: pa.Table) -> None:
+        """Record ``files`` (rows of ``Snapshot.files()``) as read, without a predicate: a
+        concurrent commit that removes one of them is a conflict (delta-spark's
+        ``trackFilesRead``, which OPTIMIZE uses)."""
+        self._ensure_open()
+        self._read_keys.append(file_keys(files))
+
     def app_transaction_version(self, app_id: str) -> int | None:
         """The last version ``app_id`` committed, recorded as read: a concurrent commit by the
         same app id then conflicts."""

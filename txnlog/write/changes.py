@@ -50,9 +50,8 @@ def write_change_files(
     adds = write_data_files(
         store if store is not None else context.open_store(),
         pa.RecordBatchReader.from_batches(reader.schema, _checked(reader, context.table_uri)),
+        table_configuration=context.table_configuration,
         table_schema=schema,
-        partition_columns=context.partition_columns,
-        configuration=context.configuration,
         target_file_size=context.file_size,
         data_change=False,
         file_prefix="cdc",

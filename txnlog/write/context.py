@@ -157,13 +157,7 @@ class WriteContext:
         if not isinstance(data_schema, pa.Schema):
             raise InvalidArgumentTypeError(f"check_schema takes a pyarrow Schema, got {type(data_schema).__name__}")
         self.constraints()
-        check_write_schema(
-            self.conform_spec.conformed_schema(data_schema),
-            table_schema=self.schema,
-            partition_columns=self.partition_columns,
-            configuration=self.configuration,
-            target_file_size=self.file_size,
-        )
+        check_write_schema(self.conform_spec.conformed_schema(data_schema), table_configuration=self.table_configuration, target_file_size=self.file_size)
 
     def write(
         self,
@@ -195,9 +189,7 @@ class WriteContext:
         adds = write_data_files(
             store if store is not None else self.open_store(),
             reader,
-            table_schema=self.schema,
-            partition_columns=self.partition_columns,
-            configuration=self.configuration,
+            table_configuration=self.table_configuration,
             target_file_size=self.file_size,
             data_change=data_change,
             file_prefix=file_prefix,
@@ -205,7 +197,6 @@ class WriteContext:
             hidden_columns=hidden,
         )
         return WrittenFiles(adds, table_from_log_dicts([encode_action(a)["add"] for a in adds], "add"))
-
 
     def _materialized_columns(self) -> dict[str, str]:
         """Data column -> hidden file column, for a write that preserves row ids."""

@@ -40,16 +40,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txnlog.errors import InvalidArgumentTypeError, SchemaError, StorageError, TxnLogError
-from txnlog.file_facts import (
-    is_column_mapped,
-    partition_fields,
-    partition_value_texts,
-    physical_schema,
-    stats_columns,
-)
+from txnlog.file_facts import partition_fields, partition_value_texts, physical_schema
 from txnlog.log.actions import AddFile
-from txnlog.properties import TARGET_FILE_SIZE
 from txnlog.storage.base import LogStore
+from txnlog.table_configuration import TableConfiguration
 from txnlog.write.stats import StatsCollector
 
 logger = logging.getLogger(__name__)
@@ -85,9 +79,8 @@ def write_data_files(
     store: LogStore,
     data: pa.Table | pa.RecordBatchReader,
     *,
-    table_schema: pa.Schema,
-    partition_columns: Sequence[str],
-    configuration: Mapping[str, str],
+    table_configuration: TableConfiguration,
+    table_schema: pa.Schema | None = None,
     target_file_size: int | None = None,
     data_change: bool = True,
     file_prefix: str = "part",
@@ -98,16 +91,20 @@ def write_data_files(
     """Write ``data`` as Parquet data files under ``store``'s root (in ``directory`` below it,
     when given); one AddFile per file.
 
-    The files are not part of the table until a commit adds them. ``target_file_size``
-    defaults to the table's ``delta.targetFileSize``. ``hidden_columns`` maps data columns to
+    The files are not part of the table until a commit adds them. The table's layout (partition
+    columns, column mapping, which columns get stats) comes from ``table_configuration``;
+    ``table_schema`` is the schema the files are written in, the table's by default (change data
+    files add ``_change_type`` to it). ``target_file_size`` defaults to the table's
+    ``delta.targetFileSize``. ``hidden_columns`` maps data columns to
     int64 file columns outside the table schema (row tracking's materialized columns): every
     file gets them, null where the data has no such column; they have no stats.
     """
     reader = as_reader(data)
     hidden = dict(hidden_columns or {})
     visible = [i for i, f in enumerate(reader.schema) if f.name not in hidden]
+    table_schema = table_schema if table_schema is not None else table_configuration.schema
     target, layout, plan = _prepare(
-        pa.schema([reader.schema.field(i) for i in visible]), table_schema, partition_columns, configuration, target_file_size,
+        pa.schema([reader.schema.field(i) for i in visible]), table_schema, table_configuration, target_file_size,
         hidden=list(hidden.values()),
     )
     files = _FileSet(store, layout, target, data_change, file_prefix, compression, directory)
@@ -136,34 +133,26 @@ def _hidden_values(batch: pa.RecordBatch, source: str, column: str) -> pa.Array:
         raise SchemaError(f"column '{source}' (written as {column!r}) must hold integers, got {batch.column(index).type}: {e}", field=source) from e
 
 
-def check_write_schema(
-    data_schema: pa.Schema,
-    *,
-    table_schema: pa.Schema,
-    partition_columns: Sequence[str],
-    configuration: Mapping[str, str],
-    target_file_size: int | None = None,
-) -> None:
+def check_write_schema(data_schema: pa.Schema, *, table_configuration: TableConfiguration, target_file_size: int | None = None) -> None:
     """Raise what :func:`write_data_files` would raise for data of ``data_schema`` before its
     first row (the table's layout, the data's columns and types), writing nothing."""
-    _prepare(data_schema, table_schema, partition_columns, configuration, target_file_size)
+    _prepare(data_schema, table_configuration.schema, table_configuration, target_file_size)
 
 
 def _prepare(
     data_schema: pa.Schema,
     table_schema: pa.Schema,
-    partition_columns: Sequence[str],
-    configuration: Mapping[str, str],
+    config: TableConfiguration,
     target_file_size: int | None,
     *,
     hidden: Sequence[str] = (),
 ) -> tuple[int, _Layout, list[int | None]]:
     """(target file size, layout, source column of each table column): every check a write
     makes before its first row, in the order it makes them."""
-    target = target_file_size if target_file_size is not None else TARGET_FILE_SIZE.get(configuration)
+    target = target_file_size if target_file_size is not None else config.target_file_size
     if target <= 0:
         raise TxnLogError(f"target_file_size must be positive, got {target}")
-    layout = _Layout(table_schema, partition_columns, configuration, hidden)
+    layout = _Layout(table_schema, config, hidden)
     return target, layout, _plan(data_schema, table_schema)
 
 
@@ -426,12 +415,10 @@ class _PartitionColumn:
 class _Layout:
     """What a write needs to know about the table, derived once from its metadata."""
 
-    def __init__(
-        self, table_schema: pa.Schema, partition_columns: Sequence[str], configuration: Mapping[str, str], hidden: Sequence[str] = ()
-    ) -> None:
-        self.mapped = is_column_mapped(configuration)
+    def __init__(self, table_schema: pa.Schema, config: TableConfiguration, hidden: Sequence[str] = ()) -> None:
+        self.mapped = config.is_column_mapped
         self.partitions: list[_PartitionColumn] = []
-        for key, field in partition_fields(table_schema, partition_columns, self.mapped):
+        for key, field in partition_fields(table_schema, config.partition_columns, self.mapped):
             if pa.types.is_nested(field.type):
                 raise SchemaError(f"partition column '{field.name}' has nested type {field.type}", field=field.name)
             self.partitions.append(_PartitionColumn(field.name, key))
@@ -443,7 +430,7 @@ class _Layout:
         self.file_schema = physical_schema(data_fields, self.mapped)
         for name in hidden:
             self.file_schema = self.file_schema.append(pa.field(name, pa.int64()))
-        self.stats_columns = stats_columns(table_schema, configuration, [p.name for p in self.partitions])
+        self.stats_columns = config.stats_columns_of(table_schema)
         self.table_schema = table_schema
 
     def file_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:

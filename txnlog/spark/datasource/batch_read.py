@@ -58,11 +58,12 @@ from txnlog.expressions import (
 )
 from txnlog.properties import FIELD_METADATA_PREFIX
 from txnlog.read import ReadContext
+from txnlog.schema import map_fields
 from txnlog.spark.common import arrow_schema_of_struct, spark_schema_of
 from txnlog.spark.datasource.options import SourceOptions
 
-# The columns of ``Snapshot.files()`` a read task needs.
-_TASK_COLUMNS = ("path", "partition_values", "deletion_vector", "size")
+#: The columns of ``Snapshot.files()`` a read task needs.
+TASK_COLUMNS = ("path", "partition_values", "deletion_vector", "size")
 
 _COMPARISONS: dict[type[Filter], Any] = {
     EqualTo: equal,
@@ -87,23 +88,11 @@ def table_schema(snapshot: Snapshot) -> StructType:
     """The table's logical schema as Spark types, without Delta's own field metadata (column
     mapping ids and physical names mean nothing to a reader of logical columns)."""
 
-    def clean(t: Any) -> Any:
-        if isinstance(t, dict):
-            kind = t.get("type")
-            if kind == "struct":
-                return {**t, "fields": [clean_field(f) for f in t["fields"]]}
-            if kind == "array":
-                return {**t, "elementType": clean(t["elementType"])}
-            if kind == "map":
-                return {**t, "keyType": clean(t["keyType"]), "valueType": clean(t["valueType"])}
-        return t
-
     def clean_field(f: dict[str, Any]) -> dict[str, Any]:
-        metadata = {k: v for k, v in (f.get("metadata") or {}).items() if not k.startswith(FIELD_METADATA_PREFIX)}
-        return {**f, "type": clean(f["type"]), "metadata": metadata}
+        return {**f, "metadata": {k: v for k, v in (f.get("metadata") or {}).items() if not k.startswith(FIELD_METADATA_PREFIX)}}
 
     raw = orjson.loads(snapshot.metadata.schema_string)
-    return spark_schema_of(orjson.dumps(clean(raw)).decode())
+    return spark_schema_of(orjson.dumps(map_fields(raw, clean_field)).decode())
 
 
 def check_given_schema(given: StructType, expected: StructType, uri: str, reader: str) -> None:
@@ -216,6 +205,18 @@ class FilesPartition(InputPartition):
         self.files = files
 
 
+def file_partitions(files: pa.Table | Sequence[pa.Table], options: SourceOptions) -> list[FilesPartition]:
+    """``files`` (rows of ``Snapshot.files()``, in one table or several, with or without stats)
+    as read tasks: their :data:`TASK_COLUMNS`, packed by :func:`pack_files` with the read's
+    options. The batch and the streaming readers' one way to hand files to executors."""
+    tables = [files] if isinstance(files, pa.Table) else list(files)
+    if not tables:
+        return []
+    tasks = pa.concat_tables([t.select(list(TASK_COLUMNS)) for t in tables])
+    groups = pack_files(tasks, options.max_partition_bytes, options.open_cost_bytes, options.min_partitions)
+    return [FilesPartition(g) for g in groups]
+
+
 class TableReader(DataSourceReader):
     """Reads one snapshot of a txnlog table, every live file. Picklable: the snapshot itself
     stays in the planning process; tasks get the :class:`ReadContext` and their files."""
@@ -249,10 +250,7 @@ class TableReader(DataSourceReader):
         return snapshot.files(predicate, stats=False)
 
     def partitions(self) -> Sequence[InputPartition]:
-        files = self.files().select(list(_TASK_COLUMNS))
-        options = self.options
-        groups = pack_files(files, options.max_partition_bytes, options.open_cost_bytes, options.min_partitions)
-        return [FilesPartition(g) for g in groups]
+        return file_partitions(self.files(), self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, FilesPartition):  # Spark's placeholder when there are no files
@@ -293,10 +291,12 @@ class FilteringTableReader(TableReader):
 
 
 __all__ = [
+    "TASK_COLUMNS",
     "FilesPartition",
     "FilteringTableReader",
     "TableReader",
     "chosen_columns",
+    "file_partitions",
     "filter_expression",
     "open_snapshot",
     "pack_files",

@@ -14,12 +14,14 @@ is version -1: "the snapshot (or, for startingVersion=latest, the end) of the ta
 first batch is planned". That batch stops at the end of the snapshot, so its end offset names
 the snapshot's version and every later call reads the same rows.
 
-Commits that remove data (DELETE, UPDATE, MERGE, an overwrite: ``remove`` actions with
-``dataChange`` true) cannot be streamed as appends: they raise :class:`ChangeCommitError`
-naming the version and the operation, unless ``skipChangeCommits`` skips such a version
-whole. With ``readChangeFeed`` the stream carries the change data feed instead
-(``_change_type``, ``_commit_version``, ``_commit_timestamp``), read by txnlog's change reader;
-a version is then one indivisible step.
+Each commit is classified by the core (:func:`txnlog.log.commit_changes`, the classifier the
+change feed uses). Commits that remove data (DELETE, UPDATE, MERGE, an overwrite: ``remove``
+actions with ``dataChange`` true) cannot be streamed as appends: they raise
+:class:`ChangeCommitError` naming the version and the operation, unless ``skipChangeCommits``
+skips such a version whole. With ``readChangeFeed`` the stream carries the change data feed
+instead (``_change_type``, ``_commit_version``, ``_commit_timestamp``), read by txnlog's change
+reader; a version is then one indivisible step. Either way a commit that changes the schema
+stops the stream (:class:`SchemaError`): it reads with the schema it started with.
 
 Planning (the offsets, the files of each batch) runs in a long-lived Python process on the
 driver; the rows are decoded on the executors by the snapshot's :class:`~txnlog.read.ReadContext`.
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -44,18 +47,17 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType, Tim
 
 from txnlog import Snapshot, Table, to_millis
 from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError, VersionNotFoundError
-from txnlog.log import Commit, LogListing, VersionChanges, list_log, read_commits, table_from_log_dicts
+from txnlog.log import LogListing, VersionChanges, commit_changes, list_log
 from txnlog.properties import LOG_RETENTION
 from txnlog.read import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, ReadContext, change_batches
 from txnlog.spark.common import arrow_schema_of_struct
-from txnlog.spark.datasource.batch_read import FilesPartition, check_given_schema, pack_files, spark_batch, table_schema
+from txnlog.spark.datasource.batch_read import FilesPartition, check_given_schema, file_partitions, spark_batch, table_schema
 from txnlog.spark.datasource.options import SourceOptions
 
 #: delta-spark's rate limit when neither maxFilesPerTrigger nor maxBytesPerTrigger is set.
 DEFAULT_MAX_FILES_PER_TRIGGER = 1000
 # Commits read ahead at once while walking the log (one listing, one batched read).
 _READ_AHEAD_VERSIONS = 100
-_TASK_COLUMNS = ("path", "partition_values", "deletion_vector", "size")
 
 
 class ChangeCommitError(TxnLogError):
@@ -117,11 +119,10 @@ START_AT_LATEST = Position(-1, 0, False)
 class VersionFiles:
     """One version's steps. ``files``: the files in stream order (``Snapshot.files()`` layout);
     ``changes``: with readChangeFeed, where the version's changes are (then the version is one
-    step); ``timestamp``: the commit's time (ms)."""
+    step)."""
 
     files: pa.Table
     changes: VersionChanges | None = None
-    timestamp: int = 0
 
     @property
     def steps(self) -> int:
@@ -132,8 +133,8 @@ class VersionFiles:
     def step_cost(self, index: int) -> tuple[int, int]:
         """(files, bytes) of step ``index``."""
         if self.changes is not None:
-            tables = (self.changes.change_files, self.changes.inserted, self.changes.deleted, self.changes.vector_added)
-            return sum(t.num_rows for t in tables), sum(sum(t.column("size").to_pylist()) for t in tables)
+            tables = self.changes.feed_files()
+            return sum(t.num_rows for t in tables), sum(int(pc.sum(t.column("size")).as_py() or 0) for t in tables)
         return 1, int(self.files.column("size")[index].as_py() or 0)
 
 
@@ -143,15 +144,6 @@ class ChangesPartition(InputPartition):
     def __init__(self, versions: list[VersionChanges]) -> None:
         super().__init__(len(versions))
         self.versions = versions
-
-
-def _empty_files() -> pa.Table:
-    return table_from_log_dicts([], "add")
-
-
-def _operation(commit: Commit) -> str | None:
-    info = commit.commit_info()
-    return info.operation if info is not None else None
 
 
 class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -206,58 +198,50 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         files = snapshot.files(stats=False)
         order = [c for c in ("modification_time", "path") if c in files.column_names]
         files = files.sort_by([(c, "ascending") for c in order])
-        changes = None
-        timestamp = 0
-        if self.options.read_change_feed:
-            # The starting snapshot streams as inserts at its version, as delta-spark does.
-            timestamp = self._commit_timestamp(version)
-            empty = _empty_files()
-            changes = VersionChanges(version, timestamp, empty, files, empty, empty, empty)
-        return VersionFiles(files, changes, timestamp)
-
-    def _commit_timestamp(self, version: int) -> int:
-        for entry in self.table.history():
-            if entry.version == version:
-                return entry.timestamp
-        raise self._expired(version, "the commit")
+        if not self.options.read_change_feed:
+            return VersionFiles(files)
+        # The starting snapshot streams as inserts at its version, as delta-spark does.
+        try:
+            timestamp = self.table.commit_timestamp(version)
+        except VersionNotFoundError:
+            raise self._expired(version, "the commit") from None
+        return VersionFiles(files, VersionChanges.inserts(version, timestamp, files))
 
     def _load(self, first: int, last: int) -> None:
-        """Parse the commits ``first..last`` (all in the log) into the cache."""
+        """Classify the commits ``first..last`` (all in the log) into the cache."""
         listing = self._listing
         assert listing is not None
         if self.options.read_change_feed:
-            for changes in self.table.change_files(first, last):
-                self._versions[(changes.version, False)] = VersionFiles(_empty_files(), changes, changes.timestamp)
-            return
-        missing = [v for v in range(first, last + 1) if v not in listing.commits]
-        if missing:
-            raise self._expired(missing[0], "the commit")
-        for commit in read_commits(self.table.store, [listing.commits[v] for v in range(first, last + 1)]):
-            self._versions[(commit.version, False)] = self._commit_files(commit)
+            # The change feed's own range reader: it also refuses versions that recorded no change data.
+            versions = self.table.change_files(first, last)
+        else:
+            try:
+                versions = commit_changes(self.table.store, listing, first, last)
+            except VersionNotFoundError as e:
+                raise self._expired(e.version if e.version is not None else first, "the commit") from None
+        for changes in versions:
+            self._versions[(changes.version, False)] = self._commit_files(changes)
 
-    def _commit_files(self, commit: Commit) -> VersionFiles:
-        version = commit.version
-        for obj in commit.actions:
-            meta = obj.get("metaData")
-            if isinstance(meta, dict) and meta.get("schemaString") not in (None, self.schema_string):
-                raise SchemaError(
-                    f"the streamed table {self.uri} changed its schema at version {version} ({_operation(commit)}); "
-                    f"a stream keeps the schema it started with: restart the query to read the new one"
-                )
-        adds = [o["add"] for o in commit.actions if isinstance(o.get("add"), dict) and o["add"].get("dataChange", True) is not False]
-        removes = [o["remove"] for o in commit.actions if isinstance(o.get("remove"), dict) and o["remove"].get("dataChange", True) is not False]
-        if removes:
+    def _commit_files(self, changes: VersionChanges) -> VersionFiles:
+        version, operation = changes.version, changes.operation
+        if changes.metadata is not None and changes.metadata.schema_string != self.schema_string:
+            raise SchemaError(
+                f"the streamed table {self.uri} changed its schema at version {version} ({operation}); "
+                f"a stream keeps the schema it started with: restart the query to read the new one"
+            )
+        if self.options.read_change_feed:
+            return VersionFiles(changes.inserted, changes)
+        if changes.removes_data:
             if self.options.skip_change_commits:
-                return VersionFiles(_empty_files())
-            operation = _operation(commit)
+                return VersionFiles(changes.inserted.slice(0, 0))
             raise ChangeCommitError(
                 f"the streamed table {self.uri} changed existing data at version {version} ({operation or 'an unnamed operation'} "
-                f"removed {len(removes)} file(s)); a stream of appends cannot carry that: set option skipChangeCommits=true "
+                f"removed {changes.removed_files} file(s)); a stream of appends cannot carry that: set option skipChangeCommits=true "
                 f"to skip such versions, or readChangeFeed=true to stream the changes",
                 version=version,
                 operation=operation,
             )
-        return VersionFiles(table_from_log_dicts(adds, "add"))
+        return VersionFiles(changes.inserted)
 
     def _version(self, position: Position, last: int) -> VersionFiles:
         key = (position.version, position.snapshot)
@@ -291,11 +275,13 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             return Position(options.starting_version, 0, False).to_dict()
         if options.starting_timestamp is not None:
-            wanted = to_millis(options.starting_timestamp)
-            later = sorted(e.version for e in self.table.history() if e.timestamp >= wanted)
-            if not later:
-                raise VersionNotFoundError(f"startingTimestamp {options.starting_timestamp} of {self.uri} is after the latest commit (version {latest})")
-            return Position(later[0], 0, False).to_dict()
+            try:
+                first = self.table.first_version_at_or_after(to_millis(options.starting_timestamp))
+            except VersionNotFoundError:
+                raise VersionNotFoundError(
+                    f"startingTimestamp {options.starting_timestamp} of {self.uri} is after the latest commit (version {latest})"
+                ) from None
+            return Position(first, 0, False).to_dict()
         return START_AT_SNAPSHOT.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
@@ -345,7 +331,7 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 taken_files += files
                 taken_bytes += size
                 index += 1
-            self._forget_before(position.version)
+            # Versions stay cached until Spark commits the batch: partitions() reads them next.
             position = position.next_version()
             if snapshot_only:
                 break
@@ -377,14 +363,13 @@ class TableStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if position.index < upto:
                     changes.append(version.changes)
             elif upto > position.index:
-                files.append(version.files.slice(position.index, upto - position.index).select(list(_TASK_COLUMNS)))
+                files.append(version.files.slice(position.index, upto - position.index))
             position = position.next_version()
         if changes:
             return [ChangesPartition([c]) for c in changes]
         if not files:
             return []
-        options = self.options
-        return [FilesPartition(g) for g in pack_files(pa.concat_tables(files), options.max_partition_bytes, options.open_cost_bytes, options.min_partitions)]
+        return file_partitions(files, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, ChangesPartition):

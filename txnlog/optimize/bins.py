@@ -1,65 +1,21 @@
-"""OPTIMIZE over Arrow: compact the small files of each partition, and files whose deletion
-vectors delete a large share of their rows, into files of the target size. Rows do not change
-(a ``dataChange=false`` commit); on a table with row tracking every row keeps its row id and row
-commit version, which is what lets a concurrent merge-on-read DML be rebased over the compaction
-(txnlog.txn.rebase). :func:`plan_bins` is the plan Spark's OPTIMIZE follows too."""
+"""The bin plan: which files an OPTIMIZE rewrites together. Pure Arrow, over rows of
+``Snapshot.files()``, so that the driver runs it on a file list and Spark can run it on a
+DataFrame of one through ``mapInArrow`` (:func:`bin_batches`)."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txnlog import properties as props
-from txnlog.dml.metrics import DmlResult, Metrics
 from txnlog.errors import InvalidArgumentError
 from txnlog.file_facts import parse_stats
-from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
-from txnlog.txn import OptimisticTransaction
 
-
-def compact(txn: OptimisticTransaction, predicate: str | None = None, *, min_files: int = 2) -> DmlResult:
-    """Stage an OPTIMIZE in ``txn`` of the live files that may hold rows matching ``predicate``
-    (all when None), planned by :func:`plan_bins` with the table's ``delta.targetFileSize`` and
-    ``txnlog.optimize.maxDeletedRowsRatio``; the metrics it records (delta-spark's names)."""
-    start = time.monotonic()
-    snapshot = txn.snapshot
-    if snapshot is None:
-        return DmlResult({"numAddedFiles": 0, "numRemovedFiles": 0}, False)
-    txn.operation_parameters.setdefault("predicate", orjson.dumps([predicate] if predicate else []).decode())
-    txn.operation_parameters.setdefault("zOrderBy", "[]")
-    # No read is recorded: the rows do not change, so only a concurrent remove of the files it
-    # rewrites matters, which the remove of each one guards (as Spark's OPTIMIZE).
-    files = snapshot.files(snapshot.predicate(predicate) if predicate else None)
-    config = txn.table_configuration
-    bins = plan_bins(files, config.target_file_size, min_files=min_files,
-                     max_deleted_rows_ratio=config.table_property(props.OPTIMIZE_MAX_DELETED_ROWS_RATIO))
-    if not bins:
-        return DmlResult({"numAddedFiles": 0, "numRemovedFiles": 0}, False)
-    tracking = config.row_tracking_enabled
-    ctx = snapshot.read_context()
-    schema = ctx.output_schema(None)
-    if tracking:
-        schema = schema.append(pa.field(ROW_ID, pa.int64(), nullable=False)).append(pa.field(ROW_COMMIT_VERSION, pa.int64(), nullable=False))
-    added = []
-    for group in bins:
-        rows = ctx.batches(group, row_id=ROW_ID if tracking else None, row_commit_version=ROW_COMMIT_VERSION if tracking else None)
-        added += txn.write(pa.RecordBatchReader.from_batches(schema, rows), data_change=False, preserve_row_ids=tracking)
-    chosen = pa.concat_tables(bins)
-    txn.remove_files(chosen, data_change=False)
-    metrics: Metrics = {
-        "numAddedFiles": len(added),
-        "numRemovedFiles": chosen.num_rows,
-        "numAddedBytes": sum(a.size for a in added),
-        "numRemovedBytes": int(pc.sum(chosen.column("size")).as_py() or 0),
-        "numDeletionVectorsRemoved": chosen.num_rows - chosen.column("deletion_vector").null_count,
-        "executionTimeMs": int((time.monotonic() - start) * 1000),
-    }
-    txn.set_operation_metrics(**metrics)
-    return DmlResult(metrics, True)
+#: The column :func:`bin_batches` adds: the bin a file is rewritten in, unique across partitions.
+BIN_COLUMN = "bin"
 
 
 def plan_bins(
@@ -141,4 +97,30 @@ def _partition_keys(files: pa.Table) -> list[tuple[tuple[str, Any], ...]]:
     return [tuple(sorted((pv or {}).items())) for pv in files.column("partition_values").to_pylist(maps_as_pydicts="strict")]
 
 
-__all__ = ["compact", "plan_bins"]
+def bin_batches(
+    batches: Iterable[pa.RecordBatch],
+    target_file_size: int,
+    *,
+    min_files: int = 2,
+    max_deleted_rows_ratio: float = 0.05,
+    purge_deletion_vectors: bool = False,
+) -> Iterator[pa.RecordBatch]:
+    """:func:`plan_bins` as a ``mapInArrow`` function: the files of ``batches`` that are
+    rewritten, each with its :data:`BIN_COLUMN` (the partition's values and the bin's number
+    within it, as text). The files of one partition must reach one call (repartition the file
+    list by ``partition_values`` first); a file in no bin is left out."""
+    batches = list(batches)
+    if not batches:
+        return
+    files = pa.Table.from_batches(batches)
+    bins = plan_bins(files, target_file_size, min_files=min_files, max_deleted_rows_ratio=max_deleted_rows_ratio,
+                     purge_deletion_vectors=purge_deletion_vectors)
+    numbers: dict[str, int] = {}
+    for group in bins:
+        key = orjson.dumps(_partition_keys(group.slice(0, 1))[0]).decode()
+        number = numbers[key] = numbers.get(key, -1) + 1
+        label = pa.array([f"{key}#{number}"] * group.num_rows, pa.string())
+        yield from group.append_column(BIN_COLUMN, label).to_batches()
+
+
+__all__ = ["BIN_COLUMN", "bin_batches", "plan_bins"]
