@@ -7,7 +7,8 @@ One table partitioned by ``part``, in real processes:
 - a txnlog copy-on-write updater that rewrites partition ``u`` (always 20 rows) in each commit;
 - ``deltalake_appenders`` delta-rs appenders (``write_deltalake``) into partition ``d<j>``;
 - ``readers`` readers alternating a cached ``Table`` (incremental update) and a fresh one, each
-  summing ``numRecords`` from ``snapshot.files()``' stats per partition;
+  summing ``numRecords`` from ``snapshot.files()``' stats per partition (every other fresh one
+  a moment after opening the snapshot);
 - a checkpointer calling ``txnlog.maintenance.checkpoint`` every ~10 versions, while every txnlog
   writer's own checkpoint hook runs (``delta.checkpointInterval`` 10) and delta-rs checkpoints
   each 100th version it commits.
@@ -200,6 +201,10 @@ def _reader(config: PartitionLoadConfig, index: int, stop: Any, out: Any) -> Non
             table = txnlog.Table(config.uri) if fresh else cached
             try:
                 snap = table.snapshot()
+                if snapshots % 4 == 2:
+                    # A query plans, then reads: the stats are read a moment after the snapshot
+                    # was opened, as another writer may put its checkpoint in place (issue 28).
+                    stop.wait(0.2)
                 sums = partition_sums(snap.files())
             except txnlog.errors.TxnLogError as e:
                 problems.append(f"reader {index}: reading a snapshot failed: {e!r}")

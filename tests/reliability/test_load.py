@@ -83,10 +83,12 @@ def test_load_4_txnlog_and_2_deltalake_writers(tmp_path: Path) -> None:
 
 
 @pytest.mark.soak
-@pytest.mark.timeout(3600)  # 2000 commits through one moto process: over 600 s on 2 shared cores
+@pytest.mark.timeout(1200)
 def test_load_4_writers_on_s3(s3: dict[str, str]) -> None:
+    """400 commits: the 2000 of the full size (benchmarks/load.py --only s3) took 684-1210 s,
+    mostly moto serving every request of every process from one Python process."""
     uri = new_bucket(s3, f"load-{uuid.uuid4().hex[:12]}")
-    result = run_load(LoadConfig(uri=uri, storage_options=s3, txnlog_writers=4, commits=500))
+    result = run_load(LoadConfig(uri=uri, storage_options=s3, txnlog_writers=4, commits=100))
     _judge(result)
 
 
