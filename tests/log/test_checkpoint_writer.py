@@ -624,6 +624,28 @@ def test_v2_checkpoint_with_sidecars(log_writer: Callable[..., Any], monkeypatch
     assert write_checkpoint(reread) == result
 
 
+@pytest.mark.parametrize("taken", ["sidecar", "top-level"])
+def test_v2_files_are_never_written_over(log_writer: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, taken: str) -> None:
+    """V2 checkpoint files have random names, but are written put-if-absent as well: a name
+    taken (here by forcing the same UUID) is never replaced, and the sidecars written for a
+    checkpoint that cannot be put in place are removed."""
+    import uuid
+
+    writer = log_writer()
+    writer.create(protocol=Protocol(3, 7, ("v2Checkpoint",), ("v2Checkpoint",)))
+    writer.commit(1, *(writer.add(f"f{i}.parquet", num_records=i) for i in range(5)))
+    fixed = uuid.UUID(int=28)
+    monkeypatch.setattr(checkpoint_writer.uuid, "uuid4", lambda: fixed)
+    path = f"{SIDECAR_DIR}/{fixed}.parquet" if taken == "sidecar" else f"{LOG_DIR}/{1:020d}.checkpoint.{fixed}.parquet"
+    Path(writer.uri, path).parent.mkdir(parents=True, exist_ok=True)
+    Path(writer.uri, path).write_bytes(b"someone else's")
+    with pytest.raises(FileAlreadyExistsError):
+        write_checkpoint(txnlog.Table(writer.uri).snapshot())
+    assert Path(writer.uri, path).read_bytes() == b"someone else's"
+    sidecars = Path(writer.uri, SIDECAR_DIR)
+    assert sorted(p.name for p in sidecars.iterdir()) == ([f"{fixed}.parquet"] if taken == "sidecar" else [])
+
+
 def test_v2_policy_without_the_feature_writes_a_classic_checkpoint(log_writer: Callable[..., Any]) -> None:
     writer = log_writer()
     writer.create(writer.add("a.parquet"), configuration={"delta.checkpointPolicy": "v2"})

@@ -478,8 +478,8 @@ def _write_v2(store: LogStore, version: int, content: _Content) -> CheckpointRes
         for chunk in _runs(content.file_batches(sidecar_schema), SIDECAR_MAX_ROWS):
             name = f"{uuid.uuid4()}.parquet"
             path = f"{SIDECAR_DIR}/{name}"
-            written.append(path)
             sidecar_rows += _write_parquet(store, path, sidecar_schema, None, chunk)
+            written.append(path)  # only once it is ours: a name found taken is someone else's file
             info = store.info(path)
             sidecars.append(Sidecar(path=name, size_in_bytes=info.size, modification_time=info.modification_time))
 
