@@ -76,23 +76,23 @@ def test_short_load_on_s3(s3: dict[str, str]) -> None:
 
 @pytest.mark.soak
 def test_load_8_writers(tmp_path: Path) -> None:
-    result = run_load(LoadConfig(uri=str(tmp_path / "t"), txnlog_writers=8, commits=250))
+    result = run_load(LoadConfig(uri=str(tmp_path / "t"), txnlog_writers=8, commits=120))
     _judge(result)
 
 
 @pytest.mark.soak
 def test_load_4_txnlog_and_2_deltalake_writers(tmp_path: Path) -> None:
-    config = LoadConfig(uri=str(tmp_path / "t"), txnlog_writers=4, deltalake_writers=2, commits=300, expire_older_than=MIXED_RETENTION)
+    config = LoadConfig(uri=str(tmp_path / "t"), txnlog_writers=4, deltalake_writers=2, commits=200, expire_older_than=MIXED_RETENTION)
     _judge(run_load(config))
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(1200)
 def test_load_4_writers_on_s3(s3: dict[str, str]) -> None:
-    """200 commits: the 2000 of the full size (benchmarks/load.py --only s3) took 684-1210 s,
+    """100 commits: the 2000 of the full size (benchmarks/load.py --only s3) took 684-1210 s,
     mostly moto serving every request of every process from one Python process."""
     uri = new_bucket(s3, f"load-{uuid.uuid4().hex[:12]}")
-    result = run_load(LoadConfig(uri=uri, storage_options=s3, txnlog_writers=4, commits=50))
+    result = run_load(LoadConfig(uri=uri, storage_options=s3, txnlog_writers=4, commits=25))
     _judge(result)
 
 
