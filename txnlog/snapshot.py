@@ -28,7 +28,7 @@ from txnlog.log.segment import build_segment, commit_file, list_log
 from txnlog.log.table_state import TableState
 from txnlog.read import BATCH_ROWS, READ_THREADS, ROW_COMMIT_VERSION, ROW_ID, ReadContext, TableDataset, scan_batches
 from txnlog.storage.base import LogStore
-from txnlog.storage.location import TableLocation
+from txnlog.storage.location import Located, TableLocation
 from txnlog.storage.paths import FileLocation
 from txnlog.table_configuration import TableConfiguration
 
@@ -89,7 +89,7 @@ def _vanished(error: TxnLogError) -> bool:
     return isinstance(error, ObjectNotFoundError) or isinstance(error.__cause__, ObjectNotFoundError)
 
 
-class Snapshot:
+class Snapshot(Located):
     """The state of a table at one version, read from ``location`` (a
     :class:`~txnlog.storage.TableLocation`, or a bare store).
 
@@ -110,18 +110,6 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return f"Snapshot({self.uri!r}, version={self.version}, files={self.num_files})"
-
-    @property
-    def uri(self) -> str:
-        return self.location.uri
-
-    @property
-    def store(self) -> LogStore:
-        return self.location.store
-
-    @property
-    def allow_absolute_paths(self) -> bool:
-        return self.location.allow_absolute_paths
 
     @property
     def state(self) -> TableState:

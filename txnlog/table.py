@@ -32,6 +32,7 @@ from txnlog.optimize import optimize as run_optimize
 from txnlog.read import change_batches, change_schema
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage import LogStore, TableLocation, normalize_uri, open_store
+from txnlog.storage.location import Located
 from txnlog.txn.create import create_table
 from txnlog.txn.hooks import HookRegistry, default_hooks
 from txnlog.txn.isolation import IsolationLevel
@@ -63,7 +64,7 @@ def to_millis(ts: Timestamp) -> int:
     raise InvalidArgumentTypeError(f"timestamp must be ms since the epoch, an ISO-8601 string or a datetime, got {type(ts).__name__}")
 
 
-class Table:
+class Table(Located):
     """A Delta table at ``uri`` (a path or a ``file://``, ``memory://``, ``s3://``, ``az://``,
     ``gs://`` URI).
 
@@ -98,21 +99,6 @@ class Table:
         """The table at ``location`` (sharing its store), e.g. for a post-commit hook."""
         return cls(location.uri, location.storage_options, store=location.store, allow_absolute_paths=location.allow_absolute_paths)
 
-    @property
-    def uri(self) -> str:
-        return self.location.uri
-
-    @property
-    def store(self) -> LogStore:
-        return self.location.store
-
-    @property
-    def storage_options(self) -> Mapping[str, Any]:
-        return self.location.storage_options
-
-    @property
-    def allow_absolute_paths(self) -> bool:
-        return self.location.allow_absolute_paths
 
     def __repr__(self) -> str:
         return f"Table({self.uri!r})"

@@ -103,6 +103,15 @@ class LocalLogStore(LogStore):
             raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
         return tmp
 
+    def _link_new(self, tmp: str, path: str) -> None:
+        """Hard-link the complete ``tmp`` onto ``path``: the put-if-absent of a local disk."""
+        try:
+            os.link(tmp, self._abs(path))
+        except FileExistsError:
+            raise FileAlreadyExistsError(f"{self.uri_of(path)} already exists", path=path) from None
+        except OSError as e:
+            raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+
     def _fsync_dir(self, path: str, error: type[StorageError] = StorageError) -> None:
         """Make the new directory entry of ``path`` durable (POSIX only)."""
         if not self.fsync or os.name == "nt":
@@ -117,14 +126,9 @@ class LocalLogStore(LogStore):
             raise error(f"{self.uri_of(path)} was written but may not survive a crash: {e}", path=path) from e
 
     def put_if_absent(self, path: str, data: bytes) -> None:
-        final = self._abs(path)
         tmp = self._write_temp(path, data)
         try:
-            os.link(tmp, final)
-        except FileExistsError:
-            raise FileAlreadyExistsError(f"{self.uri_of(path)} already exists", path=path) from None
-        except OSError as e:
-            raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+            self._link_new(tmp, path)
         finally:
             # A failure to remove the temp file must not turn a won commit into an error.
             _unlink_quietly(tmp)
@@ -164,12 +168,7 @@ class LocalLogStore(LogStore):
                         os.fsync(f.fileno())
                 except OSError as e:
                     raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                raise FileAlreadyExistsError(f"{self.uri_of(path)} already exists", path=path) from None
-            except OSError as e:
-                raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
+            self._link_new(tmp, path)
         finally:
             _unlink_quietly(tmp)
         self._fsync_dir(path)

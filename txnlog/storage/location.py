@@ -34,4 +34,28 @@ class TableLocation:
         return locate(self.uri, path, allow_absolute=self.allow_absolute_paths, version=version)
 
 
-__all__ = ["TableLocation"]
+class Located:
+    """The ``uri``, ``store``, ``storage_options`` and ``allow_absolute_paths`` of an object's
+    ``location``: what a Table, a Snapshot and a transaction all answer the same way."""
+
+    __slots__ = ()
+    location: TableLocation
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri
+
+    @property
+    def store(self) -> LogStore:
+        return self.location.store
+
+    @property
+    def storage_options(self) -> Mapping[str, Any]:
+        return self.location.storage_options
+
+    @property
+    def allow_absolute_paths(self) -> bool:
+        return self.location.allow_absolute_paths
+
+
+__all__ = ["Located", "TableLocation"]

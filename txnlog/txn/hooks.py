@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from typing import Protocol
 
 from txnlog.snapshot import Snapshot
-from txnlog.storage.location import TableLocation
+from txnlog.storage.location import Located, TableLocation
 from txnlog.table_configuration import TableConfiguration
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ ENTRY_POINT_GROUP = "txnlog.post_commit_hooks"
 
 
 @dataclass
-class PostCommitContext:
+class PostCommitContext(Located):
     """What a hook sees: where the table is, the version just committed, and its snapshot
     (built on demand). ``Table.from_location(ctx.location)`` gives a hook the Table."""
 
@@ -38,10 +38,6 @@ class PostCommitContext:
     table_configuration: TableConfiguration
     _snapshot_factory: Callable[[], Snapshot] = field(repr=False)
     _snapshot: Snapshot | None = field(default=None, repr=False)
-
-    @property
-    def uri(self) -> str:
-        return self.location.uri
 
     @property
     def configuration(self) -> Mapping[str, str]:

@@ -43,7 +43,7 @@ from txnlog.log.replay import advance
 from txnlog.log.segment import list_log
 from txnlog.log.table_state import TableState
 from txnlog.snapshot import Snapshot, load_state
-from txnlog.storage.location import TableLocation
+from txnlog.storage.location import Located, TableLocation
 from txnlog.table_configuration import TableConfiguration
 from txnlog.txn import row_tracking
 from txnlog.txn.committer import Committer
@@ -111,7 +111,7 @@ def _operation_parameters(params: Mapping[str, Any] | None) -> dict[str, str]:
     return {k: v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in (params or {}).items()}
 
 
-class OptimisticTransaction:
+class OptimisticTransaction(Located):
     """One atomic change to a table, validated against concurrent commits at publish time.
 
     Use it as a context manager: it commits on normal exit and aborts, writing nothing to the
@@ -164,10 +164,6 @@ class OptimisticTransaction:
         self._rows_read_exactly = True
         self._state = "open"
         self.result: CommitResult | None = None
-
-    @property
-    def uri(self) -> str:
-        return self.location.uri
 
     # -- context manager --------------------------------------------------------------------
 
