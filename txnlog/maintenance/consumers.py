@@ -73,12 +73,11 @@ def record(table: Table, consumer_id: str, next_version: int, *, now_ms: int | N
 
 @arguments.takes_table
 def get(table: Table, consumer_id: str) -> Consumer:
-    sidefiles.check_name("consumer", consumer_id)
-    path = sidefiles.path_of(_DIR, consumer_id)
-    obj = sidefiles.read(table.store, path)
-    if obj is None:
-        raise ConsumerNotFoundError(f"no consumer {consumer_id!r} on {table.uri}", consumer_id=consumer_id)
-    return _decode(obj, table.store.uri_of(path))
+    obj, where = sidefiles.read_named(
+        table.store, _DIR, "consumer", consumer_id,
+        lambda: ConsumerNotFoundError(f"no consumer {consumer_id!r} on {table.uri}", consumer_id=consumer_id),
+    )
+    return _decode(obj, where)
 
 
 @arguments.takes_table

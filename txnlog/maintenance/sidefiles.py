@@ -7,6 +7,7 @@ engine's VACUUM away from them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -42,6 +43,15 @@ def read(store: LogStore, path: str) -> dict[str, Any] | None:
         return obj
     except (orjson.JSONDecodeError, ValueError) as e:
         raise LogCorruptError(f"{store.uri_of(path)} is not valid: {e}", path=path) from None
+
+
+def read_named(store: LogStore, directory: str, kind: str, name: str, missing: Callable[[], Exception]) -> tuple[dict[str, Any], str]:
+    """The side file ``name`` of ``directory`` and its URI; ``missing()`` is raised if it is absent."""
+    path = path_of(directory, check_name(kind, name))
+    obj = read(store, path)
+    if obj is None:
+        raise missing()
+    return obj, store.uri_of(path)
 
 
 def read_all(store: LogStore, directory: str) -> list[dict[str, Any]]:

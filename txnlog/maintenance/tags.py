@@ -74,12 +74,10 @@ def create(table: Table, name: str, version: int | None = None) -> Tag:
 
 @arguments.takes_table
 def get(table: Table, name: str) -> Tag:
-    sidefiles.check_name("tag", name)
-    path = sidefiles.path_of(_DIR, name)
-    obj = sidefiles.read(table.store, path)
-    if obj is None:
-        raise TagNotFoundError(f"no tag {name!r} on {table.uri}", name=name)
-    return _decode(obj, table.store.uri_of(path))
+    obj, where = sidefiles.read_named(
+        table.store, _DIR, "tag", name, lambda: TagNotFoundError(f"no tag {name!r} on {table.uri}", name=name)
+    )
+    return _decode(obj, where)
 
 
 @arguments.takes_table
