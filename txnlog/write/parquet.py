@@ -37,6 +37,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from txnlog.errors import InvalidArgumentTypeError, SchemaError, StorageError, TxnLogError
@@ -156,18 +157,37 @@ def _prepare(
     return target, layout, _plan(data_schema, table_schema)
 
 
-def as_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
-    """``data`` (a Table, RecordBatch, RecordBatchReader, anything with an Arrow C stream, or an
-    iterable of RecordBatches) as a RecordBatchReader; anything else is refused with
-    InvalidArgumentTypeError. An empty iterable reads as no rows of ``schema``."""
+#: What a write, a MERGE source or a new table's schema may be given as: any Arrow-compatible
+#: data (a pyarrow Table, RecordBatch, RecordBatchReader or ``pyarrow.dataset.Dataset``, a
+#: pandas or polars DataFrame, any object exporting ``__arrow_c_stream__``, or an iterable of
+#: RecordBatches).
+ArrowData = Any
+
+
+def as_reader(data: ArrowData, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
+    """``data`` (see :data:`ArrowData`) as a RecordBatchReader, read as it is consumed where the
+    input streams (a reader, a dataset, a C stream are never read whole here); anything else is
+    refused with InvalidArgumentTypeError. An empty iterable reads as no rows of ``schema``.
+    The one place a write's input is normalised: writes, MERGE sources and ``Table.create``."""
     if isinstance(data, pa.RecordBatchReader):
         return data
     if isinstance(data, pa.Table):
         return pa.RecordBatchReader.from_batches(data.schema, data.to_batches())
     if isinstance(data, pa.RecordBatch):
         return pa.RecordBatchReader.from_batches(data.schema, [data])
+    if isinstance(data, pads.Dataset):
+        return data.scanner().to_reader()
     if hasattr(data, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(data)
+        try:
+            return _without_views(pa.RecordBatchReader.from_stream(data))
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise InvalidArgumentTypeError(f"data of type {type(data).__name__} exports an Arrow stream that cannot be read: {e}") from None
+    if type(data).__module__.split(".")[0] == "pandas" and type(data).__name__ == "DataFrame":  # pandas before 2.2: no C stream
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise InvalidArgumentTypeError(f"the pandas DataFrame cannot be converted to Arrow: {e}") from None
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
     if not isinstance(data, (str, bytes, dict)) and hasattr(data, "__iter__"):
         batches = iter(data)
         first = next(batches, None)
@@ -184,8 +204,51 @@ def as_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
 
             return pa.RecordBatchReader.from_batches(first.schema, all_batches())
     raise InvalidArgumentTypeError(
-        f"data must be a pyarrow Table, RecordBatch, RecordBatchReader or RecordBatch iterable, got {type(data).__name__}"
+        "data must be Arrow-compatible: a pyarrow Table, RecordBatch, RecordBatchReader or Dataset, a pandas or polars "
+        f"DataFrame, an object exporting __arrow_c_stream__, or an iterable of RecordBatches; got {type(data).__name__}"
     )
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with string and binary views (Polars' export) as large strings and binaries,
+    which every compute kernel takes."""
+    if kind == pa.string_view():
+        return pa.large_string()
+    if kind == pa.binary_view():
+        return pa.large_binary()
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_plain(f.type)) for f in kind])
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        item = kind.value_field
+        return (pa.list_ if pa.types.is_list(kind) else pa.large_list)(item.with_type(_plain(item.type)))
+    return kind
+
+
+def _without_views(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """``reader`` cast, batch by batch as read, to types without views."""
+    plain = pa.schema([f.with_type(_plain(f.type)) for f in reader.schema], metadata=reader.schema.metadata)
+    return reader if plain.equals(reader.schema) else reader.cast(plain)
+
+
+def arrow_schema_of(value: Any) -> pa.Schema | None:
+    """The Arrow schema of ``value`` when it is one (a pyarrow Schema or an object exporting
+    ``__arrow_c_schema__``, such as a polars Schema) or Arrow-compatible data (its columns'
+    schema, read without reading its rows where it streams); None otherwise."""
+    if isinstance(value, pa.Schema):
+        return value
+    if isinstance(value, (str, bytes, dict)):
+        return None
+    if isinstance(value, (pa.Table, pa.RecordBatch, pa.RecordBatchReader, pads.Dataset)):
+        return value.schema
+    if hasattr(value, "__arrow_c_schema__") and not hasattr(value, "__arrow_c_stream__"):
+        try:
+            return pa.schema(value)
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
+    try:
+        return as_reader(value).schema
+    except InvalidArgumentTypeError:
+        return None
 
 
 # --- 1. conform to the table schema -------------------------------------------------------------
