@@ -249,6 +249,12 @@ class MergePlan:
                 raise InvalidArgumentError(f"a merge clause when {clause.when} cannot {clause.action}")
             if (clause.assignments is None) != (clause.action == "delete"):
                 raise InvalidArgumentError(f"a merge {clause.action} clause {'takes no' if clause.action == 'delete' else 'needs'} assignments")
+        for when in ("matched", "not_matched", "not_matched_by_source"):
+            kind = [c for c in clauses if c.when == when]
+            if any(c.condition is None for c in kind[:-1]):
+                # As Delta: a clause without a condition takes every row, so none after it could apply.
+                raise InvalidArgumentError(f"of a merge's when_{when} clauses only the last may omit its predicate: "
+                                           "a clause after one without a predicate would never apply")
         condition = MergeCondition.parse(on)
         columns = [f.name for f in snapshot.schema]
         source = list(source_columns)
