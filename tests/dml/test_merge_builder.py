@@ -5,9 +5,10 @@ rebasing with every clause."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import deltalake
 import pyarrow as pa
