@@ -557,6 +557,38 @@ def encode_log_path(path: str) -> str:
 # --- 3. files --------------------------------------------------------------------------------------
 
 
+#: Rows sampled to choose a column's encoding, and the share of distinct values above which
+#: dictionary encoding is not tried.
+_DICTIONARY_SAMPLE_ROWS = 8192
+_DICTIONARY_MAX_DISTINCT = 0.5
+
+
+def dictionary_columns(rows: pa.Table) -> bool | list[str]:
+    """The columns worth dictionary encoding, judged on the first rows of a file: those whose
+    values repeat. Parquet writers try a dictionary on every column and give it up only after a
+    dictionary page's worth of distinct values, which on a unique key column took most of the
+    time a file took to write (and the fallback page is no smaller than plain encoding). Nested
+    columns: every column keeps the default."""
+    if any(pa.types.is_nested(f.type) for f in rows.schema):
+        return True
+    sample = rows.slice(0, _DICTIONARY_SAMPLE_ROWS)
+    chosen = []
+    for f in rows.schema:
+        column = sample.column(f.name)
+        valid = len(column) - column.null_count
+        if pa.types.is_boolean(f.type) or pa.types.is_dictionary(f.type) or valid == 0:
+            chosen.append(f.name)
+            continue
+        try:
+            distinct = pc.count_distinct(column).as_py()
+        except pa.ArrowNotImplementedError:  # a type without a hash kernel: the default
+            chosen.append(f.name)
+            continue
+        if distinct <= _DICTIONARY_MAX_DISTINCT * valid:
+            chosen.append(f.name)
+    return chosen
+
+
 class _OpenFile:
     """One data file being written: its Parquet writer, buffered rows and running stats."""
 
@@ -569,6 +601,8 @@ class _OpenFile:
         self.stats = StatsCollector(layout.table_schema, layout.stats_columns, mapped=layout.mapped)
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
+        self.compression = compression
+        self.writer: pq.ParquetWriter | None = None  # made with the first rows, which choose its encodings
         self.counted_disk = 0  # bytes of this file already in the write's size ratio
         fs, _ = store.arrow_filesystem()
         target = store.arrow_path(path)
@@ -578,7 +612,6 @@ class _OpenFile:
             except FileNotFoundError:
                 fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 self.sink = fs.open_output_stream(target)
-            self.writer = pq.ParquetWriter(self.sink, layout.file_schema, compression=compression)
         except Exception as e:
             if not _is_store_failure(e):
                 raise
@@ -602,6 +635,9 @@ class _OpenFile:
                 # Many small slices (one partition's share of each input batch) encode much
                 # faster once made contiguous.
                 table = table.combine_chunks()
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.sink, self.layout.file_schema, compression=self.compression,
+                                               use_dictionary=dictionary_columns(table))
             self.writer.write_table(table)
         except Exception as e:
             if not _is_store_failure(e):
@@ -612,6 +648,8 @@ class _OpenFile:
     def close(self, data_change: bool) -> AddFile:
         self.flush()
         try:
+            if self.writer is None:  # no row: a valid empty file all the same
+                self.writer = pq.ParquetWriter(self.sink, self.layout.file_schema, compression=self.compression)
             self.writer.close()
             size = self.disk_bytes()
             self.sink.close()
@@ -629,7 +667,7 @@ class _OpenFile:
         )
 
     def discard(self) -> None:
-        for closer in (self.writer.close, self.sink.close):
+        for closer in ([self.writer.close] if self.writer is not None else []) + [self.sink.close]:
             try:
                 closer()
             except Exception:  # already failing; the file is deleted next
