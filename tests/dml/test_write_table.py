@@ -168,3 +168,22 @@ def test_a_stream_is_written_as_it_is_read(tmp_path: Path) -> None:
     txnlog.write_table(str(tmp_path / "t"), reader, configuration={"delta.targetFileSize": str(4 << 20)})
     assert txnlog.Table(str(tmp_path / "t")).snapshot().to_arrow().num_rows == n * size
     assert peak - before < 16 * size * 8, f"{(peak - before) >> 20} MiB held while streaming {n * size * 8 >> 20} MiB"
+
+
+def test_columns_whose_values_repeat_are_dictionary_encoded_and_unique_keys_are_not(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    n = 20_000
+    data = pa.table({"key": pa.array(range(n), pa.int64()), "user": pa.array([i % 10 for i in range(n)], pa.int64()),
+                     "note": pa.array([f"n{i % 7}" for i in range(n)]), "nested": pa.array([[i] for i in range(n)])})
+    txnlog.write_table(str(tmp_path / "flat"), data.drop_columns(["nested"]))
+    txnlog.write_table(str(tmp_path / "nested"), data)
+    (flat,) = (tmp_path / "flat").glob("*.parquet")
+    chunks = pq.ParquetFile(flat).metadata.row_group(0)
+    encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
+    assert not any("DICTIONARY" in e for e in encodings["key"])
+    assert any("DICTIONARY" in e for e in encodings["user"]) and any("DICTIONARY" in e for e in encodings["note"])
+    (nested,) = (tmp_path / "nested").glob("*.parquet")
+    chunks = pq.ParquetFile(nested).metadata.row_group(0)
+    assert any("DICTIONARY" in e for e in chunks.column(0).encodings)  # nested columns: every column keeps Parquet's default
+    assert txnlog.Table(str(tmp_path / "flat")).snapshot().to_arrow().equals(data.drop_columns(["nested"]))

@@ -26,10 +26,11 @@ from __future__ import annotations
 import logging
 import random
 import string
+import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -589,6 +590,27 @@ def dictionary_columns(rows: pa.Table) -> bool | list[str]:
     return chosen
 
 
+class _Background:
+    """``work`` on a thread of its own; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                work()
+            except BaseException as e:  # re-raised on the writing thread
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="txnlog-file-stats", daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class _OpenFile:
     """One data file being written: its Parquet writer, buffered rows and running stats."""
 
@@ -602,6 +624,7 @@ class _OpenFile:
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
         self.compression = compression
+        self.unstated: list[pa.RecordBatch] = []  # rows appended whose stats are not yet counted
         self.writer: pq.ParquetWriter | None = None  # made with the first rows, which choose its encodings
         self.counted_disk = 0  # bytes of this file already in the write's size ratio
         fs, _ = store.arrow_filesystem()
@@ -618,7 +641,7 @@ class _OpenFile:
             raise StorageError(f"cannot create data file {store.uri_of(path)}: {e}", path=path) from e
 
     def append(self, rows: pa.RecordBatch) -> None:
-        self.stats.update(rows)
+        self.unstated.append(rows)
         file_rows = self.layout.file_batch(rows)
         self.pending.append(file_rows)
         self.pending_bytes += file_rows.nbytes
@@ -638,15 +661,26 @@ class _OpenFile:
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.sink, self.layout.file_schema, compression=self.compression,
                                                use_dictionary=dictionary_columns(table))
-            self.writer.write_table(table)
+            # The stats are computed while Parquet encodes the rows: both release the GIL.
+            counting = _Background(self._count_stats)
+            try:
+                self.writer.write_table(table)
+            finally:
+                counting.join()
         except Exception as e:
             if not _is_store_failure(e):
                 raise
             raise StorageError(f"cannot write data file {self.path}: {e}", path=self.path) from e
         self.pending, self.pending_bytes = [], 0
 
+    def _count_stats(self) -> None:
+        rows, self.unstated = self.unstated, []
+        for batch in rows:
+            self.stats.update(batch)
+
     def close(self, data_change: bool) -> AddFile:
         self.flush()
+        self._count_stats()
         try:
             if self.writer is None:  # no row: a valid empty file all the same
                 self.writer = pq.ParquetWriter(self.sink, self.layout.file_schema, compression=self.compression)
