@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 
@@ -378,6 +378,22 @@ class Table:
                               max_attempts=max_attempts)
         return result.version
 
+    @overload
+    def merge(  # no clause keyword: the builder
+        self,
+        source: ArrowData,
+        on: str | Sequence[str] | None = None,
+        *,
+        predicate: str | None = None,
+        source_alias: str = "s",
+        target_alias: str = "t",
+        when_matched_update: None = None,
+        when_matched_delete: Literal[False] = False,
+        when_not_matched_insert: None = None,
+        isolation: IsolationLevel | str | None = None,
+    ) -> MergeBuilder[CommitResult | None]: ...
+
+    @overload
     def merge(
         self,
         source: ArrowData,
@@ -390,7 +406,21 @@ class Table:
         when_matched_delete: bool | str = False,
         when_not_matched_insert: Mapping[str, str] | str | None = None,
         isolation: IsolationLevel | str | None = None,
-    ) -> Any:
+    ) -> CommitResult | None: ...
+
+    def merge(
+        self,
+        source: ArrowData,
+        on: str | Sequence[str] | None = None,
+        *,
+        predicate: str | None = None,
+        source_alias: str = "s",
+        target_alias: str = "t",
+        when_matched_update: Mapping[str, str] | str | None = None,
+        when_matched_delete: bool | str = False,
+        when_not_matched_insert: Mapping[str, str] | str | None = None,
+        isolation: IsolationLevel | str | None = None,
+    ) -> MergeBuilder[CommitResult | None] | CommitResult | None:
         """``MERGE INTO`` this table (alias ``target_alias``, default ``t``) ``USING source``
         (alias ``source_alias``, default ``s``; any Arrow-compatible data, held in memory).
 
