@@ -25,7 +25,6 @@ from txnlog.dml import (
     MergePlan,
     RowChangeMetrics,
     RowChangePlan,
-    keyword_clauses,
 )
 from txnlog.dml.merging import source_table
 from txnlog.dml.rows import open_snapshot as dml_snapshot
@@ -449,12 +448,8 @@ class Table:
                 return self._commit_if_changed(txn, plan.parameters, dml.run_merge(txn, plan, rows))
 
         builder: MergeBuilder[CommitResult | None] = MergeBuilder(run, aliases)
-        if when_matched_update is None and not when_matched_delete and when_not_matched_insert is None:
+        if not builder.add_keyword_clauses(when_matched_update, when_matched_delete, when_not_matched_insert):
             return builder
-        builder.clauses.extend(keyword_clauses(
-            None if when_matched_update is None else _aliased(aliases, when_matched_update),
-            aliases.sql(when_matched_delete) if isinstance(when_matched_delete, str) else when_matched_delete,
-            None if when_not_matched_insert is None else _aliased(aliases, when_not_matched_insert)))
         return builder.execute()
 
     @staticmethod
@@ -563,10 +558,6 @@ class Table:
             if limit < 0:
                 raise InvalidArgumentError(f"limit must be >= 0, got {limit}")
         return _history.history(self.store, limit)
-
-
-def _aliased(aliases: MergeAliases, values: Mapping[str, str] | str) -> Mapping[str, str] | str:
-    return values if isinstance(values, str) else {aliases.column(c): aliases.sql(e) for c, e in values.items()}  # type: ignore[misc]
 
 
 def write_table(

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
-from txnlog.dml.plans import Action, ClauseSpec, When
+from txnlog.dml.plans import Action, ClauseSpec, When, keyword_clauses
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError
 from txnlog.expressions import requalify
 
@@ -44,6 +44,12 @@ class MergeAliases:
     def on(self, on: str | Sequence[str]) -> str | Sequence[str]:
         return self.sql(on) if isinstance(on, str) else on
 
+    def assignments(self, values: Mapping[str, str] | str) -> Mapping[str, str] | str:
+        """An update or insert clause's {column: SQL} (or ``"*"``) written over ``t`` and ``s``."""
+        if isinstance(values, str):
+            return values
+        return {self.column(c): self.sql(e) for c, e in values.items()}  # type: ignore[misc]
+
     def column(self, name: object) -> object:
         """An assigned column, named bare or as ``<target alias>.column``."""
         if isinstance(name, str) and "." in name:
@@ -66,7 +72,7 @@ class MergeBuilder(Generic[R]):
         if predicate is not None and not isinstance(predicate, str):
             raise InvalidArgumentTypeError(f"when_{when}_{action}: predicate must be SQL text, got {type(predicate).__name__}")
         if isinstance(updates, Mapping):
-            updates = {self._aliases.column(c): self._aliases.sql(e) for c, e in updates.items()}  # type: ignore[misc]
+            updates = self._aliases.assignments(updates)
         elif updates is not None and updates != "*":
             raise InvalidArgumentTypeError(f"when_{when}_{action}: updates must be a dict of column -> SQL expression, got {type(updates).__name__}")
         self.clauses.append(ClauseSpec(when, action, None if predicate is None else self._aliases.sql(predicate), updates))
@@ -100,6 +106,19 @@ class MergeBuilder(Generic[R]):
     def when_not_matched_by_source_delete(self, predicate: str | None = None) -> MergeBuilder[R]:
         """Delete target rows no source row matches (where ``predicate``, over the target only, holds)."""
         return self._add("not_matched_by_source", "delete", predicate, None)
+
+    def add_keyword_clauses(self, when_matched_update: Mapping[str, str] | str | None, when_matched_delete: bool | str,
+                            when_not_matched_insert: Mapping[str, str] | str | None) -> bool:
+        """Add the clauses of the keyword form (:func:`~txnlog.dml.plans.keyword_clauses`),
+        written in this MERGE's aliases; False, adding nothing, when no keyword is given."""
+        if when_matched_update is None and not when_matched_delete and when_not_matched_insert is None:
+            return False
+        aliases = self._aliases
+        self.clauses.extend(keyword_clauses(
+            None if when_matched_update is None else aliases.assignments(when_matched_update),
+            aliases.sql(when_matched_delete) if isinstance(when_matched_delete, str) else when_matched_delete,
+            None if when_not_matched_insert is None else aliases.assignments(when_not_matched_insert)))
+        return True
 
     def execute(self) -> R:
         """Plan and run the MERGE with the clauses added, in one commit."""

@@ -67,7 +67,6 @@ from txnlog.dml import (
     MergePlan,
     Timing,
     files_table,
-    keyword_clauses,
     live_rows,
     merge_candidates,
 )
@@ -601,9 +600,8 @@ def merge(
         return txn.result
 
     builder: MergeBuilder[CommitResult | None] = MergeBuilder(run, aliases)
-    if when_matched_update is None and not when_matched_delete and when_not_matched_insert is None:
+    if not builder.add_keyword_clauses(when_matched_update, when_matched_delete, when_not_matched_insert):
         return builder
-    builder.clauses.extend(keyword_clauses(when_matched_update, when_matched_delete, when_not_matched_insert))
     return builder.execute()
 
 
