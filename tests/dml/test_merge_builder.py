@@ -246,3 +246,11 @@ def test_a_by_source_merge_commits_through_a_concurrent_deletion_of_other_rows(t
     with pytest.raises(ConcurrentRowsError):
         clash.commit()
     assert [r["id"] for r in read(table)] == [0, 1, 3, 4]
+
+
+def test_aliases_that_swap_txnlogs_own_names_are_rewritten_at_once(tmp_path: Path) -> None:
+    table = write_target(str(tmp_path / "t"), [{"id": 1, "v": 1}, {"id": 2, "v": 2}], {})
+    # The target is called s and the source t: s.v is the target's value, t.v the source's.
+    (table.merge(pa.table({"id": [1, 2], "v": [10, 1]}), "s.id = t.id", target_alias="s", source_alias="t")
+     .when_matched_update({"v": "s.v + t.v"}, predicate="t.v > s.v").execute())
+    assert read(table) == [{"id": 1, "v": 11}, {"id": 2, "v": 2}]
