@@ -28,6 +28,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_maintenance.py", []),  # checkpoint, expire, vacuum against delta-rs
     ("bench_spark_merge.py", []),  # Spark MERGE vs a full rebuild; the foreachBatch sink vs a bare Parquet write
     ("bench_reads.py", []),  # DuckDB over to_pyarrow_dataset, and streaming memory, against deltalake
+    ("bench_python_api.py", []),  # write_table and the MERGE builder against deltalake
 ]
 
 

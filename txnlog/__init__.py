@@ -8,7 +8,7 @@ from txnlog.log.history import HistoryEntry
 from txnlog.read import ReadContext
 from txnlog.retrying import retry
 from txnlog.snapshot import Snapshot
-from txnlog.table import Table, Timestamp, to_millis
+from txnlog.table import Table, Timestamp, to_millis, write_table
 from txnlog.table_configuration import TableConfiguration
 from txnlog.txn.hooks import PostCommitContext
 from txnlog.txn.isolation import IsolationLevel
@@ -36,4 +36,5 @@ __all__ = [
     "errors",
     "retry",
     "to_millis",
+    "write_table",
 ]

@@ -11,12 +11,21 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import pyarrow as pa
 
 from txnlog import dml
-from txnlog.dml import DmlResult, MergeMetrics, MergePlan, RowChangeMetrics, RowChangePlan
+from txnlog.dml import (
+    ClauseSpec,
+    DmlResult,
+    MergeAliases,
+    MergeBuilder,
+    MergeMetrics,
+    MergePlan,
+    RowChangeMetrics,
+    RowChangePlan,
+)
 from txnlog.dml.merging import source_table
 from txnlog.dml.rows import open_snapshot as dml_snapshot
 from txnlog.dml.writes import ArrowRemoval, WriteOptions, WritePlan, open_write, plan_write, stage_write
@@ -37,7 +46,7 @@ from txnlog.txn.create import create_table
 from txnlog.txn.hooks import HookRegistry, default_hooks
 from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
-from txnlog.write.parquet import as_reader
+from txnlog.write import ArrowData, arrow_schema_of, as_reader
 
 Timestamp = int | float | str | _dt.datetime | _dt.date
 
@@ -147,7 +156,7 @@ class Table(Located):
     def create(
         cls,
         uri: str | os.PathLike[str],
-        schema: pa.Schema | str | Mapping[str, Any],
+        schema: pa.Schema | str | Mapping[str, Any] | ArrowData,
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
         *,
@@ -157,13 +166,22 @@ class Table(Located):
         storage_options: Mapping[str, Any] | None = None,
         store: LogStore | None = None,
     ) -> Table:
-        """Create a table at ``uri`` with a pyarrow schema or a Delta schema (JSON text or dict).
+        """Create a table at ``uri`` with a pyarrow schema, a Delta schema (JSON text or dict),
+        an object exporting ``__arrow_c_schema__``, or the schema of Arrow-compatible data (as
+        :meth:`append` takes; no row is written: :func:`txnlog.write_table` creates and writes in
+        one commit).
 
         ``mode``: "error" (the default) raises TableAlreadyExistsError if a table is there,
         "ignore" returns the existing table, "overwrite" replaces its schema and removes its files.
         Protocol (1, 2) unless a property needs more (see docs/properties.md).
         """
         table = cls(uri, storage_options, store=store)
+        if not isinstance(schema, (str, Mapping)):
+            arrow = arrow_schema_of(schema)
+            if arrow is None:
+                raise InvalidArgumentTypeError(
+                    f"schema must be a pyarrow Schema, a Delta schema (JSON text or dict) or Arrow-compatible data, got {type(schema).__name__}")
+            schema = arrow
         create_table(
             table.location,
             schema,
@@ -202,13 +220,15 @@ class Table(Located):
 
     def append(
         self,
-        data: pa.Table | pa.RecordBatchReader,
+        data: ArrowData,
         *,
         app_id: str | None = None,
         app_version: int | None = None,
     ) -> CommitResult | None:
-        """Write ``data`` as new Parquet files and commit them as a blind append; None when
-        nothing was committed (no rows).
+        """Write ``data`` (any Arrow-compatible data: a pyarrow Table, RecordBatch,
+        RecordBatchReader or Dataset, a pandas or polars DataFrame, an object exporting
+        ``__arrow_c_stream__``; streamed inputs are written as they are read) as new Parquet files
+        and commit them as a blind append; None when nothing was committed (no rows).
 
         With ``app_id`` and ``app_version`` the append is idempotent: it is skipped (returning
         None) when that app has already committed ``app_version`` or later.
@@ -219,7 +239,7 @@ class Table(Located):
 
     def write(
         self,
-        data: pa.Table | pa.RecordBatchReader,
+        data: ArrowData,
         *,
         mode: str = "append",
         partition_by: Sequence[str] | None = None,
@@ -229,6 +249,8 @@ class Table(Located):
         app_version: int | None = None,
         merge_schema: bool = False,
         partition_overwrite_mode: str = "static",
+        schema_mode: str | None = None,
+        target_file_size: int | None = None,
     ) -> CommitResult | None:
         """Write ``data`` in one commit, in any mode of the core write planner
         (:func:`txnlog.dml.plan_write`, which ``txnlog.spark.write`` and the Spark data source
@@ -239,10 +261,13 @@ class Table(Located):
         table; "ignore" leaves one alone. A table that does not exist yet is created with the
         data's schema, ``partition_by`` and ``properties``. ``partition_overwrite_mode="dynamic"``:
         an overwrite replaces only the partitions the data has rows in. ``app_id``/``app_version``
-        make the write idempotent; ``merge_schema`` adds the data's new columns to the table.
+        make the write idempotent; ``schema_mode="merge"`` (or ``merge_schema``) adds the data's new
+        columns to the table, ``schema_mode="overwrite"`` (with ``mode="overwrite"``) gives it the
+        data's schema. ``data``: any Arrow-compatible data, as for :meth:`append`.
         """
         options = WriteOptions(mode, tuple(partition_by) if partition_by is not None else None, replace_where, dict(properties or {}),
-                               app_id, app_version, merge_schema, partition_overwrite_mode=partition_overwrite_mode)
+                               app_id, app_version, merge_schema, target_file_size, partition_overwrite_mode=partition_overwrite_mode,
+                               schema_mode=schema_mode)
         return self._write_arrow(data, options, self._snapshot_if_any())
 
     def _snapshot_if_any(self) -> Snapshot | None:
@@ -338,30 +363,80 @@ class Table(Located):
                               max_attempts=max_attempts)
         return result.version
 
+    @overload
+    def merge(  # no clause keyword: the builder
+        self,
+        source: ArrowData,
+        on: str | Sequence[str] | None = None,
+        *,
+        predicate: str | None = None,
+        source_alias: str = "s",
+        target_alias: str = "t",
+        when_matched_update: None = None,
+        when_matched_delete: Literal[False] = False,
+        when_not_matched_insert: None = None,
+        isolation: IsolationLevel | str | None = None,
+    ) -> MergeBuilder[CommitResult | None]: ...
+
+    @overload
     def merge(
         self,
-        source: pa.Table | pa.RecordBatchReader,
-        on: str | Sequence[str],
+        source: ArrowData,
+        on: str | Sequence[str] | None = None,
         *,
+        predicate: str | None = None,
+        source_alias: str = "s",
+        target_alias: str = "t",
         when_matched_update: Mapping[str, str] | str | None = None,
         when_matched_delete: bool | str = False,
         when_not_matched_insert: Mapping[str, str] | str | None = None,
         isolation: IsolationLevel | str | None = None,
-    ) -> CommitResult | None:
-        """``MERGE INTO`` this table (alias ``t``) ``USING source`` (alias ``s``, Arrow data).
+    ) -> CommitResult | None: ...
 
-        ``on``: a key column, a list of them, or a SQL condition with at least one ``t.x = s.y``.
-        ``when_matched_update``: {column: expression} or ``"*"`` (every column from the source);
+    def merge(
+        self,
+        source: ArrowData,
+        on: str | Sequence[str] | None = None,
+        *,
+        predicate: str | None = None,
+        source_alias: str = "s",
+        target_alias: str = "t",
+        when_matched_update: Mapping[str, str] | str | None = None,
+        when_matched_delete: bool | str = False,
+        when_not_matched_insert: Mapping[str, str] | str | None = None,
+        isolation: IsolationLevel | str | None = None,
+    ) -> MergeBuilder[CommitResult | None] | CommitResult | None:
+        """``MERGE INTO`` this table (alias ``target_alias``, default ``t``) ``USING source``
+        (alias ``source_alias``, default ``s``; any Arrow-compatible data, held in memory).
+
+        ``on`` (or deltalake's name, ``predicate``): a key column, a list of them, or a SQL
+        condition with at least one ``t.x = s.y``. Without clause keywords it returns a
+        :class:`~txnlog.dml.MergeBuilder`: add clauses (``when_matched_update``,
+        ``when_matched_update_all``, ``when_matched_delete``, ``when_not_matched_insert``,
+        ``when_not_matched_insert_all``, ``when_not_matched_by_source_update``,
+        ``when_not_matched_by_source_delete``, each with an optional predicate; a row takes the
+        first clause of its kind whose predicate holds) and ``execute()``, which commits and
+        returns the :class:`CommitResult`, or None when nothing changed.
+
+        The keyword form runs at once: ``when_matched_update``: {column: expression} or ``"*"``;
         ``when_matched_delete``: True or a condition, checked before the update;
-        ``when_not_matched_insert``: {column: expression over ``s``} or ``"*"``. A target row that
-        two source rows match raises DuplicateMatchError before anything is written. The
-        committed version, or None when nothing changed."""
-        with self.transaction("MERGE", isolation) as txn:
-            rows = source_table(source)
-            plan = MergePlan.of(dml_snapshot(txn, "merge"), rows.column_names, on, when_matched_update=when_matched_update,
-                                when_matched_delete=when_matched_delete, when_not_matched_insert=when_not_matched_insert,
-                                config=txn.table_configuration)
-            return self._commit_if_changed(txn, plan.parameters, dml.run_merge(txn, plan, rows))
+        ``when_not_matched_insert``: {column: expression over ``s``} or ``"*"``. A target row
+        that two source rows match raises DuplicateMatchError before anything is written."""
+        if (on is None) == (predicate is None):
+            raise InvalidArgumentError("merge takes its condition as on= or predicate=, exactly one of them")
+        aliases = MergeAliases(target_alias, source_alias)
+        condition = aliases.on(on if on is not None else predicate)  # type: ignore[arg-type]
+
+        def run(specs: list[ClauseSpec]) -> CommitResult | None:
+            with self.transaction("MERGE", isolation) as txn:
+                rows = source_table(source)
+                plan = MergePlan.build(dml_snapshot(txn, "merge"), rows.column_names, condition, specs, config=txn.table_configuration)
+                return self._commit_if_changed(txn, plan.parameters, dml.run_merge(txn, plan, rows))
+
+        builder: MergeBuilder[CommitResult | None] = MergeBuilder(run, aliases)
+        if not builder.add_keyword_clauses(when_matched_update, when_matched_delete, when_not_matched_insert):
+            return builder
+        return builder.execute()
 
     @staticmethod
     def _commit_if_changed(txn: OptimisticTransaction, parameters: Mapping[str, Any],
@@ -471,4 +546,40 @@ class Table(Located):
         return _history.history(self.store, limit)
 
 
-__all__ = ["HistoryEntry", "Snapshot", "Table", "to_millis"]
+def write_table(
+    table_or_uri: str | os.PathLike[str] | Table,
+    data: ArrowData,
+    *,
+    mode: str = "error",
+    partition_by: Sequence[str] | str | None = None,
+    predicate: str | None = None,
+    schema_mode: str | None = None,
+    configuration: Mapping[str, str] | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    target_file_size: int | None = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
+) -> CommitResult | None:
+    """Write ``data`` to the Delta table at ``table_or_uri`` in one commit, as deltalake's
+    ``write_deltalake`` does; the committed version, or None when nothing was committed.
+
+    ``data``: anything Arrow-compatible (a pyarrow Table, RecordBatch, RecordBatchReader or
+    Dataset, a pandas or polars DataFrame, any object exporting ``__arrow_c_stream__``); a
+    stream is written as it is read. ``mode``: "error" (the default: refuse an existing table),
+    "append", "overwrite" (every row, or with ``predicate`` only the rows matching it: the rest
+    of each file it touches is rewritten, and every new row must match it or nothing is
+    committed), "ignore" (leave an existing table alone). A table that does not exist is
+    created with the data's schema, ``partition_by`` and ``configuration`` (table properties)
+    in the same commit as its rows. ``schema_mode``: "merge" adds the data's new columns,
+    "overwrite" (with ``mode="overwrite"``) replaces the schema. The plan is the core write
+    planner's (:func:`txnlog.dml.plan_write`), the one ``Table.write`` and Spark use.
+    """
+    table = table_or_uri if isinstance(table_or_uri, Table) else Table(table_or_uri, storage_options)
+    if isinstance(table_or_uri, Table) and storage_options is not None:
+        raise InvalidArgumentError("storage_options go with a URI; an open Table has its own")
+    return table.write(data, mode=mode, partition_by=[partition_by] if isinstance(partition_by, str) else partition_by,
+                       replace_where=predicate, properties=configuration, app_id=app_id, app_version=app_version,
+                       schema_mode=schema_mode, target_file_size=target_file_size)
+
+
+__all__ = ["HistoryEntry", "Snapshot", "Table", "to_millis", "write_table"]

@@ -235,3 +235,33 @@ def test_merge_clause_columns_are_found_by_the_parser_or_all_are_read(tmp_path) 
     assert read("some_spark_function(t.name) > 0") == ["id", "name"]
     # SQL txnlog's parser refuses (a lambda) is Spark's to evaluate: every column may be read.
     assert read("exists(t.tags, x -> x = s.id)") == ["id", "amount", "name", "tags"]
+
+def test_the_merge_builder_runs_any_clause_list_on_the_driver_and_refuses_it_in_spark_by_name(spark, tmp_path, dml_regime):
+    from txnlog.errors import UnsupportedFeatureError
+
+    uri = str(tmp_path / "t")
+    make_table(uri, [(0, 10)])
+    expected = str(tmp_path / "python")
+    make_table(expected, [(0, 10)])
+    items = [(2, "US", 50.0), (3, "US", 1.0), (11, "US", 11.0), (12, "EU", 12.0)]
+
+    def clauses(builder):
+        # SQL that txnlog computes exactly as Spark does (no floating point).
+        return (builder.when_matched_update({"region": "src.region"}, predicate="src.region <> tgt.region")
+                .when_matched_delete()
+                .when_not_matched_insert_all(predicate="src.key > 11")
+                .when_not_matched_by_source_update({"region": "'OLD'"}, predicate="tgt.key < 2")
+                .when_not_matched_by_source_delete(predicate="tgt.key > 8"))
+
+    clauses(Table(expected).merge(pa.table({"key": [k for k, _, _ in items], "region": [r for _, r, _ in items],
+                                            "amount": [a for _, _, a in items]}, schema=SCHEMA),
+                                  "tgt.key = src.key", source_alias="src", target_alias="tgt")).execute()
+    builder = clauses(merge(spark, uri, source(spark, items), "tgt.key = src.key", source_alias="src", target_alias="tgt"))
+    if dml_regime == "spark":  # nothing fits the driver: Spark's own path does not run these clauses
+        with pytest.raises(UnsupportedFeatureError, match="WHEN NOT MATCHED BY SOURCE AND t.key > 8 THEN DELETE.*run only on the driver"):
+            builder.execute()
+        assert Table(uri).latest_version() == 1
+        return
+    assert builder.execute() is not None
+    assert rows(uri) == rows(expected)
+    assert rows(uri)[0] == ("OLD", 0.0) and rows(uri)[2] == ("US", 2.0) and 3 not in rows(uri) and 12 in rows(uri) and 9 not in rows(uri)

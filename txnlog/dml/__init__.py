@@ -12,10 +12,11 @@ the transaction's owner records with the plan's parameters: :class:`txnlog.Table
 :mod:`txnlog.optimize`.
 """
 
+from txnlog.dml.builder import MergeAliases, MergeBuilder
 from txnlog.dml.change_data import ChangeData
 from txnlog.dml.merging import SOURCE_ROW, KeyMatcher, merge, run_merge
 from txnlog.dml.metrics import DmlResult, FileCounts, MergeMetrics, RowChangeMetrics, Timing, live_rows
-from txnlog.dml.plans import MergeClause, MergePlan, RowChangePlan, SqlExpression
+from txnlog.dml.plans import ClauseSpec, MergeClause, MergePlan, RowChangePlan, SqlExpression, keyword_clauses
 from txnlog.dml.pruning import merge_candidates
 from txnlog.dml.rows import delete, find_rows, run_row_change, update
 from txnlog.dml.writes import (
@@ -38,9 +39,12 @@ __all__ = [
     "SOURCE_ROW",
     "ArrowRemoval",
     "ChangeData",
+    "ClauseSpec",
     "DmlResult",
     "FileCounts",
     "KeyMatcher",
+    "MergeAliases",
+    "MergeBuilder",
     "MergeClause",
     "MergeMetrics",
     "MergePlan",
@@ -56,6 +60,7 @@ __all__ = [
     "evolved_schema",
     "files_table",
     "find_rows",
+    "keyword_clauses",
     "live_rows",
     "merge",
     "merge_candidates",

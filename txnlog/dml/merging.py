@@ -33,25 +33,25 @@ from txnlog.dml.rows import (
     open_snapshot,
     stage,
 )
-from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, TxnLogError, UnsupportedFeatureError
+from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, TxnLogError
 from txnlog.expressions import ValueExpression
 from txnlog.storage import locate
 from txnlog.txn.transaction import OptimisticTransaction
-from txnlog.write import RowKind, WrittenFiles
+from txnlog.write import ArrowData, RowKind, WrittenFiles, as_reader
 
 #: The column numbering the source's rows while they are matched.
 SOURCE_ROW = "__txnlog_source_row"
 
 
-def source_table(source: object) -> pa.Table:
-    """A MERGE source given as Arrow data, as one table."""
+def source_table(source: ArrowData) -> pa.Table:
+    """A MERGE source given as Arrow-compatible data (see :data:`txnlog.write.ArrowData`), as
+    one table: matching holds the source in memory."""
     if isinstance(source, pa.Table):
         return source
-    if isinstance(source, pa.RecordBatchReader):
-        return source.read_all()
-    if isinstance(source, pa.RecordBatch):
-        return pa.Table.from_batches([source])
-    raise InvalidArgumentTypeError(f"merge source must be a pyarrow Table, RecordBatch or RecordBatchReader, got {type(source).__name__}")
+    try:
+        return as_reader(source).read_all()
+    except InvalidArgumentTypeError as e:
+        raise InvalidArgumentTypeError(f"merge source: {e}") from None
 
 
 def _prefixed(rows: pa.Table, prefix: str) -> pa.Table:
@@ -78,6 +78,11 @@ class _PrefixedScope(Scope):
             sides["t"] = (joined.select([f"t.{c}" for c in target]).rename_columns(list(target)), f"target table {uri}")
         sides["s"] = (joined.select([f"s.{c}" for c in source]).rename_columns(list(source)), "the merge source")
         super().__init__(sides, default=list(sides))
+
+
+def _target_scope(rows: pa.Table, uri: str) -> Scope:
+    """Target rows no source row matched: a not-matched-by-source clause reads them alone."""
+    return Scope({"t": (rows, f"target table {uri}")}, default=["t"])
 
 
 class _KeyLookup:
@@ -272,6 +277,8 @@ class _MergedFile:
     output: RowOutput  # with this file's change rows
     deleted: int = 0
     updated: int = 0
+    by_source_deleted: int = 0
+    by_source_updated: int = 0
     rows: list[tuple[RowKind, pa.Table]] = field(default_factory=list)
     written: WrittenFiles | None = None
     written_rows: dict[RowKind, int] = field(default_factory=dict)
@@ -283,8 +290,6 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     written."""
     start = time.monotonic()
     snapshot = open_snapshot(txn, "merge")
-    if plan.clauses_when("not_matched_by_source"):
-        raise UnsupportedFeatureError("merge: when_not_matched_by_source clauses are not supported yet", features=())
     src = source_table(source)
     ctx = snapshot.read_context()
     schema = plan.conform.schema
@@ -294,6 +299,7 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
         raise InvalidArgumentError(f"merge into {txn.uri}: the source's columns {src.column_names} are not the plan's {source_columns}")
     matched = [_Clause.of(c) for c in plan.clauses_when("matched")]
     inserts = [_Clause.of(c) for c in plan.clauses_when("not_matched")]
+    by_source = [_Clause.of(c) for c in plan.clauses_when("not_matched_by_source")]
     residual = [(node, plan.condition.sql) for node in plan.condition.residual]
 
     # Everything is checked on no rows first: an error names the expression before any work.
@@ -313,13 +319,19 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     for clause in inserts:
         if clause.condition is not None:
             source_scope.mask(*clause.condition, 0)
+    lonely_scope = _target_scope(pa.Table.from_arrays([pa.array([], f.type) for f in schema], schema=schema), txn.uri)
+    for clause in by_source:
+        check_expressions(lonely_scope, clause.values.values())
+        if clause.condition is not None:
+            lonely_scope.mask(*clause.condition, 0)
 
-    if src.num_rows == 0:
+    if src.num_rows == 0 and not by_source:
         return MergeMetrics(timing=Timing(0, 0, ms_since(start)))
 
-    # The source's key range prunes the target's files (and is the read predicate).
+    # The source's key range prunes the target's files (and is the read predicate); a
+    # not-matched-by-source clause may change any row, so then every file is read.
     matcher = KeyMatcher(plan, src, schema)
-    candidates = merge_candidates(snapshot, matcher.keyed, plan.pairs, txn=txn)
+    candidates = txn.read_whole_table() if by_source else merge_candidates(snapshot, matcher.keyed, plan.pairs, txn=txn)
 
     # 1. Match, file by file, reading the keys and what the rest of ON needs.
     needed = plan.columns_matched
@@ -330,6 +342,8 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
         """File i's matched rows, (ROW_INDEX, SOURCE_ROW), and the rows read; None when none match."""
         rows = ctx.read(candidates.slice(i, 1), columns=needed, row_index=ROW_INDEX, store=store)
         found = matcher.match(rows, paths[i].as_py(), refuse_duplicates=bool(matched))
+        if found is None and by_source:  # its rows are all not matched by the source
+            found = pa.table({ROW_INDEX: pa.array([], rows.schema.field(ROW_INDEX).type), SOURCE_ROW: pa.array([], pa.int64())})
         return None if found is None else (found, rows)
 
     # 2. Each touched file's new rows (copy-on-write: with its unchanged rows, written as one new
@@ -345,6 +359,7 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     if not dv_mode:
         txn.table_configuration.check_writable(f"table {txn.uri}")
     deletes = {k for k, c in enumerate(matched) if c.clause.action == "delete"}
+    by_source_deletes = {k for k, c in enumerate(by_source) if c.clause.action == "delete"}
 
     def merged(i: int, pairs: pa.Table, have: pa.Table | None) -> _MergedFile | None:
         """File i's part: ``pairs`` its matched rows, ``have`` what was read of it already (its
@@ -372,16 +387,41 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
         scope = _PrefixedScope(joined, columns, source_columns, txn.uri)
         chosen = _first_clause(matched, scope, joined.num_rows)
         changed = chosen >= 0
-        if not changed.any():
+        # The file's rows no source row matched, each by the first by-source clause that holds.
+        alone_at = np.zeros(0, dtype=np.int64)
+        lonely = target_rows.slice(0, 0)
+        lonely_chosen = np.zeros(0, dtype=np.int64)
+        if by_source:
+            alone = np.ones(rows.num_rows, dtype=bool)
+            alone[at] = False
+            alone_at = np.flatnonzero(alone)
+            lonely = rows.take(alone_at) if not dv_mode else _with_columns(rows.take(alone_at), columns, schema, have, alone_at)
+            lonely_chosen = _first_clause(by_source, _target_scope(lonely.select(columns), txn.uri), lonely.num_rows)
+        lonely_changed = lonely_chosen >= 0
+        if not changed.any() and not lonely_changed.any():
             return None
         deleted = np.isin(chosen, list(deletes))
-        out = _MergedFile(pairs.column(ROW_INDEX).filter(pa.array(changed)).combine_chunks(), part,
-                          deleted=int(deleted.sum()), updated=int(changed.sum() - deleted.sum()))
+        lonely_deleted = np.isin(lonely_chosen, list(by_source_deletes))
+        positions = pa.concat_arrays([pairs.column(ROW_INDEX).filter(pa.array(changed)).combine_chunks(),
+                                      rows.column(ROW_INDEX).take(pa.array(alone_at[lonely_changed])).combine_chunks()])
+        out = _MergedFile(positions.take(pc.sort_indices(positions)), part,
+                          deleted=int(deleted.sum()), updated=int(changed.sum() - deleted.sum()),
+                          by_source_deleted=int(lonely_deleted.sum()), by_source_updated=int(lonely_changed.sum() - lonely_deleted.sum()))
         part.deleted(target_rows.filter(pa.array(deleted)))
+        part.deleted(lonely.filter(pa.array(lonely_deleted)))
         if not dv_mode:
             unchanged = np.ones(rows.num_rows, dtype=bool)
             unchanged[at[changed]] = False
+            unchanged[alone_at[lonely_changed]] = False
             out.rows.append(part.copied(rows.filter(pa.array(unchanged))))
+        for k, clause in enumerate(by_source):
+            if k in by_source_deletes or not (mask := lonely_chosen == k).any():
+                continue
+            old = lonely.filter(pa.array(mask))
+            plain = old.select(columns)
+            values = assigned(plain, _target_scope(plain, txn.uri), clause.values, schema, table=txn.uri,
+                              what="when_not_matched_by_source_update")
+            out.rows.append(part.updated(old, values))
         for k, clause in enumerate(matched):
             if k in deletes or not (mask := chosen == k).any():
                 continue
@@ -409,7 +449,7 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
                     store.delete(relative)
 
     results: dict[int, tuple[pa.Table, _MergedFile | None]] = {}  # file index -> its matched rows, its part
-    if matcher.unique and matched:
+    if matcher.unique and (matched or by_source):
         # No target row can match twice (no DuplicateMatchError to raise before writing): each
         # file is matched and rewritten at once, its keys read once.
         def whole(i: int) -> tuple[pa.Table, _MergedFile | None] | None:
@@ -423,22 +463,30 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
         # to match are not kept meanwhile.
         found = each(lambda i: None if (m := match(i)) is None else m[0], range(candidates.num_rows))
         matches = {i: m for i, m in enumerate(found) if m is not None}
-        touched = sorted(matches) if matched else []
+        touched = sorted(matches) if matched or by_source else []
         rewritten = each(lambda i: (matches[i], merged(i, matches[i], None)), touched, undo=forget)
         results = {i: (m, None) for i, m in matches.items()} | dict(zip(touched, rewritten, strict=True))
     scanned = time.monotonic()
 
-    if dv_mode:
-        changes.matched = {i: m.column(ROW_INDEX).combine_chunks() for i, (m, _) in sorted(results.items())}
+    if dv_mode:  # the rows whose outcome a concurrent deletion would change: matched, or changed by source
+        for i, (m, result) in sorted(results.items()):
+            seen = m.column(ROW_INDEX).combine_chunks()
+            if result is not None and by_source:
+                seen = pc.unique(pa.concat_arrays([seen.cast(result.changed.type), result.changed]))
+                seen = seen.take(pc.sort_indices(seen))
+            if len(seen):
+                changes.matched[i] = seen
     written: list[WrittenFiles] = []
     written_rows: dict[RowKind, int] = {}
     new_versions: list[tuple[RowKind, pa.Table]] = []
-    deleted_rows = updated_rows = 0
+    deleted_rows = updated_rows = by_source_deleted = by_source_updated = 0
     for i, (_, result) in sorted(results.items()):
         if result is None:
             continue
         deleted_rows += result.deleted
         updated_rows += result.updated
+        by_source_deleted += result.by_source_deleted
+        by_source_updated += result.by_source_updated
         output.change_rows.extend(result.output.change_rows)
         if dv_mode:
             changes.positions[i] = result.changed
@@ -476,7 +524,8 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     staged = stage(txn, candidates, changes, _chain(new_versions, inserted_rows()), output, written=written, written_rows=written_rows)
     inserted, copied = staged.written[RowKind.INSERT], staged.written[RowKind.COPY]
     timing = Timing(ms_since(start, scanned), ms_since(scanned), ms_since(start))
-    return MergeMetrics(src.num_rows, candidates.num_rows, staged.files, staged.change_files, inserted, updated_rows, deleted_rows, copied, timing=timing)
+    return MergeMetrics(src.num_rows, candidates.num_rows, staged.files, staged.change_files, inserted, updated_rows, deleted_rows, copied,
+                        by_source_updated, by_source_deleted, timing=timing)
 
 
 def _chain(first: Sequence[tuple[RowKind, pa.Table]], then: Iterator[tuple[RowKind, pa.Table]]) -> Iterator[tuple[RowKind, pa.Table]]:

@@ -167,6 +167,38 @@ class MergeClause:
 
 
 @dataclass(frozen=True)
+class ClauseSpec:
+    """A WHEN clause as a caller gives it, before it is checked against the tables: its
+    condition (SQL over ``t`` and ``s``, or None) and, for update and insert, {target column: SQL
+    expression} or ``"*"`` (every column from the source by name)."""
+
+    when: When
+    action: Action
+    condition: str | None = None
+    assignments: Mapping[str, str] | str | None = None
+
+    def clause(self, columns: Sequence[str], source_columns: Sequence[str], *, strict: bool) -> MergeClause:
+        """The clause checked against the target's ``columns`` and the source's, its SQL parsed."""
+        what = f"when_{self.when}_{self.action}"
+        if self.action != "delete" and self.assignments is None:
+            raise InvalidArgumentError(f"{what} needs the columns it sets: a dict of column -> SQL expression, or '*'")
+        if self.action == "update" and self.when == "not_matched_by_source" and isinstance(self.assignments, str):
+            raise InvalidArgumentError(f"{what} cannot take '*': no source row is there to take the columns from")
+        condition = None if self.condition is None else SqlExpression.parse(self.condition, f"{what} predicate", strict=strict)
+        values = None
+        if self.action != "delete":
+            chosen = assignments(what, self.assignments, columns, source_columns)
+            assert chosen is not None
+            values = {c: SqlExpression.parse(e, f"{what}[{c!r}]", strict=strict) for c, e in chosen.items()}
+        if self.when == "not_matched_by_source":
+            for expression in ([condition] if condition is not None else []) + list((values or {}).values()):
+                if expression.tree is not None and any(len(r.path) > 1 and r.path[0].lower() == "s" for r in expression.tree.references()):
+                    raise InvalidArgumentError(
+                        f"{what}: {expression.sql!r} reads the source (s.), but a target row no source row matches has no source row")
+        return MergeClause(self.when, self.action, condition, values)
+
+
+@dataclass(frozen=True)
 class MergePlan:
     """``MERGE INTO table t USING source s ON condition`` with its clauses."""
 
@@ -195,25 +227,16 @@ class MergePlan:
     ) -> MergePlan:
         """The keyword form: a delete clause (True or a condition) applied before an update
         clause, and an insert clause; ``"*"`` takes every column from the source by name."""
-        if when_matched_update is None and not when_matched_delete and when_not_matched_insert is None:
-            raise InvalidArgumentError("merge needs at least one of when_matched_update, when_matched_delete, when_not_matched_insert")
-        if when_matched_update is not None and when_matched_delete is True:
-            raise InvalidArgumentError("when_matched_delete=True deletes every matched row: when_matched_update would never apply")
-        if not isinstance(when_matched_delete, (bool, str)):
-            raise InvalidArgumentTypeError(f"when_matched_delete must be a bool or a SQL condition, got {type(when_matched_delete).__name__}")
+        return cls.build(snapshot, source_columns, on, keyword_clauses(when_matched_update, when_matched_delete, when_not_matched_insert),
+                         config=config, strict=strict)
+
+    @classmethod
+    def build(cls, snapshot: Snapshot, source_columns: Sequence[str], on: str | Sequence[str], specs: Sequence[ClauseSpec], *,
+              config: TableConfiguration | None = None, strict: bool = True) -> MergePlan:
+        """The plan of clauses given as :class:`ClauseSpec` (a MERGE builder's, in its order)."""
         columns = [f.name for f in snapshot.schema]
         source = list(source_columns)
-        clauses: list[MergeClause] = []
-        if when_matched_delete:
-            condition = SqlExpression.parse(when_matched_delete, "when_matched_delete", strict=strict) if isinstance(when_matched_delete, str) else None
-            clauses.append(MergeClause("matched", "delete", condition))
-        for when, action, what, value in (("matched", "update", "when_matched_update", when_matched_update),
-                                          ("not_matched", "insert", "when_not_matched_insert", when_not_matched_insert)):
-            chosen = assignments(what, value, columns, source)
-            if chosen is not None:
-                values = {c: SqlExpression.parse(e, f"{what}[{c!r}]", strict=strict) for c, e in chosen.items()}
-                clauses.append(MergeClause(when, action, None, values))  # type: ignore[arg-type]
-        return cls.from_clauses(snapshot, source, on, clauses, config=config)
+        return cls.from_clauses(snapshot, source, on, [spec.clause(columns, source, strict=strict) for spec in specs], config=config)
 
     @classmethod
     def from_clauses(cls, snapshot: Snapshot, source_columns: Sequence[str], on: str | Sequence[str], clauses: Sequence[MergeClause], *,
@@ -226,6 +249,12 @@ class MergePlan:
                 raise InvalidArgumentError(f"a merge clause when {clause.when} cannot {clause.action}")
             if (clause.assignments is None) != (clause.action == "delete"):
                 raise InvalidArgumentError(f"a merge {clause.action} clause {'takes no' if clause.action == 'delete' else 'needs'} assignments")
+        for when in ("matched", "not_matched", "not_matched_by_source"):
+            kind = [c for c in clauses if c.when == when]
+            if any(c.condition is None for c in kind[:-1]):
+                # As Delta: a clause without a condition takes every row, so none after it could apply.
+                raise InvalidArgumentError(f"of a merge's when_{when} clauses only the last may omit its predicate: "
+                                           "a clause after one without a predicate would never apply")
         condition = MergeCondition.parse(on)
         columns = [f.name for f in snapshot.schema]
         source = list(source_columns)
@@ -243,6 +272,11 @@ class MergePlan:
                    config.deletion_vectors_enabled, config.change_data_feed_enabled, ConformSpec.for_configuration(config, snapshot.uri))
 
     # -- what the clauses are --------------------------------------------------------------
+
+    @property
+    def by_source(self) -> bool:
+        """Whether a clause changes target rows no source row matches (every file is then read)."""
+        return bool(self.clauses_when("not_matched_by_source"))
 
     def clauses_when(self, when: When) -> tuple[MergeClause, ...]:
         return tuple(c for c in self.clauses if c.when == when)
@@ -296,7 +330,7 @@ class MergePlan:
         columns an update copies from the target row; every column when change data is
         recorded (pre-images and deleted rows are whole rows) or a clause's SQL is not
         txnlog's (it may read anything)."""
-        matched = self.clauses_when("matched")
+        matched = self.clauses_when("matched") + self.clauses_when("not_matched_by_source")
         expressions = [e for c in matched for e in ([c.condition] if c.condition else []) + list((c.assignments or {}).values())]
         if (self.change_data and matched) or any(e.tree is None for e in expressions):
             return list(self.target_columns)
@@ -341,9 +375,10 @@ class MergePlan:
         """Whether the Python executor changes exactly the rows any SQL engine's MERGE would, to
         the same values, for a source of Arrow schema ``source``: an ON condition of key
         equalities alone between columns of one exact type, conditions and assignments the
-        portability visitor accepts, today's clause shape, and no nested columns."""
+        portability visitor accepts (any clause list: the executor applies clauses in Delta's
+        order), and no nested columns."""
         target = self.conform.schema
-        if not self.keyword_form or self.condition.residual or any(pa.types.is_nested(f.type) for f in (*target, *source)):
+        if self.condition.residual or any(pa.types.is_nested(f.type) for f in (*target, *source)):
             return False
         if len({n.lower() for n in source.names}) != len(source.names) or not self.keys_compare_exactly(target, source):
             return False
@@ -368,4 +403,24 @@ class MergePlan:
         )
 
 
-__all__ = ["MergeClause", "MergePlan", "RowChangePlan", "SqlExpression"]
+def keyword_clauses(when_matched_update: Mapping[str, str] | str | None, when_matched_delete: bool | str,
+                    when_not_matched_insert: Mapping[str, str] | str | None) -> list[ClauseSpec]:
+    """The clauses of the keyword form (``Table.merge(..., when_matched_update=...)``): a
+    matched delete (True or a condition) before an unconditional matched update, then an insert."""
+    if when_matched_update is None and not when_matched_delete and when_not_matched_insert is None:
+        raise InvalidArgumentError("merge needs at least one of when_matched_update, when_matched_delete, when_not_matched_insert")
+    if when_matched_update is not None and when_matched_delete is True:
+        raise InvalidArgumentError("when_matched_delete=True deletes every matched row: when_matched_update would never apply")
+    if not isinstance(when_matched_delete, (bool, str)):
+        raise InvalidArgumentTypeError(f"when_matched_delete must be a bool or a SQL condition, got {type(when_matched_delete).__name__}")
+    specs = []
+    if when_matched_delete:
+        specs.append(ClauseSpec("matched", "delete", when_matched_delete if isinstance(when_matched_delete, str) else None))
+    if when_matched_update is not None:
+        specs.append(ClauseSpec("matched", "update", None, when_matched_update))
+    if when_not_matched_insert is not None:
+        specs.append(ClauseSpec("not_matched", "insert", None, when_not_matched_insert))
+    return specs
+
+
+__all__ = ["ClauseSpec", "MergeClause", "MergePlan", "RowChangePlan", "SqlExpression", "keyword_clauses"]

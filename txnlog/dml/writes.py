@@ -55,6 +55,9 @@ from txnlog.write import WriteContext, write_change_files
 from txnlog.write.changes import CHANGE_TYPE_COLUMN
 
 MODES = ("append", "overwrite", "error", "ignore")
+#: How a write may change the table's schema: None (not at all), "merge" (add the data's new
+#: columns), "overwrite" (the data's schema replaces the table's; with mode="overwrite").
+SCHEMA_MODES = (None, "merge", "overwrite")
 Mode = Literal["append", "overwrite", "error", "ignore"]
 
 
@@ -79,10 +82,21 @@ class WriteOptions:
     target_file_size: int | None = None
     operation: str | None = None
     partition_overwrite_mode: str = "static"
+    schema_mode: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise InvalidArgumentError(f"mode must be one of {list(MODES)}, got {self.mode!r}")
+        if self.schema_mode not in SCHEMA_MODES:
+            raise InvalidArgumentError(f"schema_mode must be one of {list(SCHEMA_MODES)}, got {self.schema_mode!r}")
+        if self.merge_schema and self.schema_mode not in (None, "merge"):
+            raise InvalidArgumentError(f"merge_schema=True contradicts schema_mode={self.schema_mode!r}")
+        if self.merge_schema:
+            object.__setattr__(self, "schema_mode", "merge")
+        if self.schema_mode == "overwrite" and self.mode != "overwrite":
+            raise InvalidArgumentError("schema_mode='overwrite' needs mode='overwrite' (it replaces the table's schema)")
+        if self.schema_mode == "overwrite" and self.replace_where is not None:
+            raise InvalidArgumentError("schema_mode='overwrite' replaces every row's schema: it cannot go with a predicate (replace_where)")
         if self.replace_where is not None and self.mode != "overwrite":
             raise InvalidArgumentError("replace_where needs mode='overwrite'")
         if self.partition_overwrite_mode not in ("static", "dynamic"):
@@ -162,9 +176,12 @@ def rows_matching(ctx: WriteContext, condition: str, batches: Iterable[pa.Record
         yield batch
 
 
-def evolved_schema(table: pa.Schema, data: pa.Schema) -> pa.Schema | None:
-    """The table schema a ``merge_schema`` write of ``data`` leaves: the data's new top-level
-    columns appended (nullable); None when it has none. (The one place writes evolve a schema.)"""
+def evolved_schema(table: pa.Schema, data: pa.Schema, schema_mode: str = "merge") -> pa.Schema | None:
+    """The table schema a write of ``data`` with ``schema_mode`` leaves, or None when it stays:
+    "merge" appends the data's new top-level columns (nullable); "overwrite" takes the data's
+    schema. (The one place writes evolve a schema.)"""
+    if schema_mode == "overwrite":
+        return None if data.equals(table) else data
     known = {f.name.lower() for f in table}
     new = [f.with_nullable(True) for f in data if f.name.lower() not in known]
     return pa.schema([*table, *new]) if new else None
@@ -192,8 +209,8 @@ def plan_write(location: TableLocation, snapshot: Snapshot | None, data_schema: 
         partitioning = list(txn.metadata.partition_columns)
         if options.partition_by is not None and [c.lower() for c in options.partition_by] != [c.lower() for c in partitioning]:
             raise InvalidArgumentError(f"partition_by={list(options.partition_by)} differs from the partitioning {partitioning} of table {uri}")
-        if options.merge_schema:
-            wider = evolved_schema(txn.metadata.schema, data_schema)
+        if options.schema_mode is not None:
+            wider = evolved_schema(txn.metadata.schema, data_schema, options.schema_mode)
             if wider is not None:
                 txn.update_metadata(schema=arrow_to_delta_schema(wider))
         if options.app_id is not None and (done := snapshot.app_transaction_version(options.app_id)) is not None:
@@ -360,6 +377,7 @@ def stage_write(txn: OptimisticTransaction, plan: WritePlan, adds: Sequence[AddF
 
 __all__ = [
     "MODES",
+    "SCHEMA_MODES",
     "ArrowRemoval",
     "RowRemoval",
     "WriteOptions",

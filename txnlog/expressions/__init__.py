@@ -20,7 +20,7 @@ stats (skipping) and on rows (filtering).
 
 from txnlog.expressions.binding import MAX_PREDICATE_TERMS, BoundExpression, bind
 from txnlog.expressions.foreign import Filter, approximate_arrow, arrow_columns, as_expression, from_arrow, from_dnf
-from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse, parse_value
+from txnlog.expressions.parser import MAX_PREDICATE_NESTING, MAX_PREDICATE_TOKENS, parse, parse_value, requalify
 from txnlog.expressions.portable import Portability, portable_equality
 from txnlog.expressions.predicate import FilePredicate
 from txnlog.expressions.rows import RowFilter, row_filter
@@ -144,6 +144,7 @@ __all__ = [
     "or_",
     "parse",
     "parse_value",
+    "requalify",
     "portable_equality",
     "row_filter",
     "starts_with",

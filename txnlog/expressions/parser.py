@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import decimal
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -120,6 +120,28 @@ def parse_value(sql: str) -> ValueExpression:
     _load_sqlglot()
     parser = _Parser(sql, "expression")
     return parser.parse_with(parser.value)
+
+
+def requalify(sql: str, aliases: Mapping[str, str]) -> str:
+    """``sql`` with each column qualifier named in ``aliases`` (case-insensitively) replaced by
+    its value, all at once (``{"target": "t", "t": "s"}`` swaps nothing twice): how a MERGE's
+    own aliases become txnlog's ``t`` and ``s``. Text that does not parse is returned as it is
+    (parsing it later names the error)."""
+    if not isinstance(sql, str) or not aliases:
+        return sql
+    _load_sqlglot()
+    lowered = {k.lower(): v for k, v in aliases.items()}
+    try:
+        tree = sqlglot.parse_one(sql, read=_SQL.dialect)
+    except sqlglot.errors.SqlglotError:
+        return sql
+    changed = False
+    for column in tree.find_all(exp.Column):
+        qualifier = column.args.get("table")
+        if qualifier is not None and qualifier.name.lower() in lowered:
+            column.set("table", exp.to_identifier(lowered[qualifier.name.lower()]))
+            changed = True
+    return tree.sql(dialect=_SQL.dialect) if changed else sql
 
 
 # --- the parser's errors, in the user's words -------------------------------------------------
@@ -670,4 +692,4 @@ class _Parser:
         raise self.error(f"casts to unsupported type {dt.sql(dialect=_SQL.dialect)}")
 
 
-__all__ = ["MAX_PREDICATE_NESTING", "MAX_PREDICATE_TOKENS", "parse", "parse_value"]
+__all__ = ["MAX_PREDICATE_NESTING", "MAX_PREDICATE_TOKENS", "parse", "parse_value", "requalify"]

@@ -57,8 +57,11 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table
 from txnlog.dml import (
     SOURCE_ROW,
+    ClauseSpec,
     FileCounts,
     KeyMatcher,
+    MergeAliases,
+    MergeBuilder,
     MergeClause,
     MergeMetrics,
     MergePlan,
@@ -130,7 +133,16 @@ def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: Merg
     if snapshot is None:
         raise InvalidArgumentError(f"merge into {txn.uri}: the table does not exist yet")
     if not plan.keyword_form:
-        raise UnsupportedFeatureError(f"merge into {txn.uri}: Spark runs a delete clause, an update clause and an insert clause only", features=())
+        # Conditional updates and inserts, several clauses of a kind, by-source clauses: the
+        # Python executor runs them on the driver when it may; Spark's own path does not yet.
+        ran = _merge_on_driver(txn, spark, source_df, plan)
+        if ran is not None:
+            return ran
+        raise UnsupportedFeatureError(
+            f"merge into {txn.uri}: this MERGE's clauses ({_shape(plan)}) run only on the driver, where its source and the files it "
+            "reads must fit spark.driver.maxResultSize's bound and its SQL must be what txnlog computes as Spark does "
+            "(MergePlan.portable); on Spark's executors only a matched delete, an unconditional matched update and an "
+            "unconditional insert run", features=())
     columns = list(plan.target_columns)
     update_clause = _clause(plan, "matched", "update")
     delete_clause = _clause(plan, "matched", "delete")
@@ -370,13 +382,20 @@ def _merge_on_driver(txn: OptimisticTransaction, spark: Any, source_df: Any, pla
         return None
     if rows is None or not plan.portable(rows.schema):
         return None
-    candidates = merge_candidates(snapshot, plan.keyed(rows), plan.pairs)
+    # A by-source clause may change any row: every file is read.
+    candidates = snapshot.files() if plan.by_source else merge_candidates(snapshot, plan.keyed(rows), plan.pairs)
     columns = list(plan.target_columns)
     read = len(plan.columns_changed()) if plan.deletion_vectors else len(columns)  # copy-on-write rewrites a changed file whole
     if not fits_driver(spark, candidates, read + (2 if plan.conform.row_ids is not None else 0), of=len(columns)):
         return None
     log.info("merge into %s on the driver: %d source rows, %d of %d files may match", txn.uri, rows.num_rows, candidates.num_rows, snapshot.num_files)
     return run_on_driver(txn, plan, rows)
+
+
+def _shape(plan: MergePlan) -> str:
+    """The clauses of ``plan``, as a MERGE statement lists them."""
+    return ", ".join(f"WHEN {c.when.replace('_', ' ').upper()}{' AND ' + c.condition.sql if c.condition else ''} THEN {c.action.upper()}"
+                     for c in plan.clauses)
 
 
 #: In Spark's error when a job's results exceed ``spark.driver.maxResultSize``.
@@ -542,29 +561,48 @@ def merge(
     when_not_matched_insert: Mapping[str, str] | str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     *,
+    source_alias: str = "s",
+    target_alias: str = "t",
     isolation: str | None = None,
-) -> CommitResult | None:
-    """MERGE ``source_df`` into the table at ``uri`` (a URI or an open :class:`txnlog.Table`)
-    and commit; returns the new version, or None when nothing changed.
+) -> Any:
+    """MERGE ``source_df`` into the table at ``uri`` (a URI or an open :class:`txnlog.Table`).
 
     ``on``: a key column, a list of them (same names on both sides), or a Spark SQL condition
-    over ``t`` and ``s`` with at least one ``t.x = s.y``. ``when_matched_update``: a dict of
-    target column -> expression, or ``"*"`` for every column from the source.
-    ``when_matched_delete``: True, or a condition that picks the matched rows to delete.
+    over ``t`` and ``s`` (or ``target_alias`` and ``source_alias``) with at least one
+    ``t.x = s.y``. Without clause keywords it returns a :class:`txnlog.dml.MergeBuilder` with
+    ``Table.merge``'s clauses (``when_matched_update(updates, predicate=None)``, ...,
+    ``when_not_matched_by_source_delete(predicate=None)``) and ``execute()``, which commits and
+    returns the new version, or None when nothing changed. Spark's executors run a matched
+    delete, an unconditional matched update and an unconditional insert; other clause lists
+    run on the driver when the source and the files read fit its bound (else
+    UnsupportedFeatureError says so). The keyword form: ``when_matched_update``: a dict of
+    target column -> expression, or ``"*"`` for every column from the source;
+    ``when_matched_delete``: True, or a condition that picks the matched rows to delete;
     ``when_not_matched_insert``: a dict or ``"*"``. Conflicts raise ``txnlog.errors``
     ``CommitConflictError`` subclasses, ambiguous matches ``DuplicateMatchError``.
     """
     table = _open(uri, storage_options)
-    with table.transaction("MERGE", isolation) as txn:
-        plan = plan_merge(txn, source_df, on, when_matched_update=when_matched_update, when_matched_delete=when_matched_delete,
-                          when_not_matched_insert=when_not_matched_insert)
-        metrics = run_merge(txn, spark, source_df, plan)
-        if not metrics.changed:
-            txn.abort()
-            return None
-        txn.operation_parameters.update(plan.parameters)
-        txn.set_operation_metrics(**metrics.operation_metrics())
-    return txn.result
+    aliases = MergeAliases(target_alias, source_alias)
+    condition = aliases.on(on)
+
+    def run(specs: list[ClauseSpec]) -> CommitResult | None:
+        with table.transaction("MERGE", isolation) as txn:
+            snapshot = txn.snapshot
+            if snapshot is None:
+                raise InvalidArgumentError(f"merge into {txn.uri}: the table does not exist yet")
+            plan = MergePlan.build(snapshot, list(source_df.columns), condition, specs, config=txn.table_configuration, strict=False)
+            metrics = run_merge(txn, spark, source_df, plan)
+            if not metrics.changed:
+                txn.abort()
+                return None
+            txn.operation_parameters.update(plan.parameters)
+            txn.set_operation_metrics(**metrics.operation_metrics())
+        return txn.result
+
+    builder: MergeBuilder[CommitResult | None] = MergeBuilder(run, aliases)
+    if not builder.add_keyword_clauses(when_matched_update, when_matched_delete, when_not_matched_insert):
+        return builder
+    return builder.execute()
 
 
 __all__ = ["MergeMetrics", "MergePlan", "merge", "merge_into", "plan_merge", "run_merge"]

@@ -8,11 +8,12 @@ from txnlog.write.changes import CHANGE_DATA_DIR, write_change_files
 from txnlog.write.conform import ColumnSpec, ConformSpec, Fill, RowKind
 from txnlog.write.context import WriteContext, WrittenFiles
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows, union_rows, write_deletion_vectors
-from txnlog.write.parquet import write_data_files
+from txnlog.write.parquet import ArrowData, arrow_schema_of, as_reader, write_data_files
 from txnlog.write.stats import StatsCollector, file_stats
 
 __all__ = [
     "CHANGE_DATA_DIR",
+    "ArrowData",
     "ColumnSpec",
     "ConformSpec",
     "Fill",
@@ -21,6 +22,8 @@ __all__ = [
     "StatsCollector",
     "WriteContext",
     "WrittenFiles",
+    "arrow_schema_of",
+    "as_reader",
     "delete_rows",
     "file_stats",
     "union_rows",

@@ -26,10 +26,11 @@ from __future__ import annotations
 import logging
 import random
 import string
+import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -37,6 +38,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from txnlog.errors import InvalidArgumentTypeError, SchemaError, StorageError, TxnLogError
@@ -156,18 +158,37 @@ def _prepare(
     return target, layout, _plan(data_schema, table_schema)
 
 
-def as_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
-    """``data`` (a Table, RecordBatch, RecordBatchReader, anything with an Arrow C stream, or an
-    iterable of RecordBatches) as a RecordBatchReader; anything else is refused with
-    InvalidArgumentTypeError. An empty iterable reads as no rows of ``schema``."""
+#: What a write, a MERGE source or a new table's schema may be given as: any Arrow-compatible
+#: data (a pyarrow Table, RecordBatch, RecordBatchReader or ``pyarrow.dataset.Dataset``, a
+#: pandas or polars DataFrame, any object exporting ``__arrow_c_stream__``, or an iterable of
+#: RecordBatches).
+ArrowData = Any
+
+
+def as_reader(data: ArrowData, schema: pa.Schema | None = None) -> pa.RecordBatchReader:
+    """``data`` (see :data:`ArrowData`) as a RecordBatchReader, read as it is consumed where the
+    input streams (a reader, a dataset, a C stream are never read whole here); anything else is
+    refused with InvalidArgumentTypeError. An empty iterable reads as no rows of ``schema``.
+    The one place a write's input is normalised: writes, MERGE sources and ``Table.create``."""
     if isinstance(data, pa.RecordBatchReader):
         return data
     if isinstance(data, pa.Table):
         return pa.RecordBatchReader.from_batches(data.schema, data.to_batches())
     if isinstance(data, pa.RecordBatch):
         return pa.RecordBatchReader.from_batches(data.schema, [data])
+    if isinstance(data, pads.Dataset):
+        return data.scanner().to_reader()
     if hasattr(data, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(data)
+        try:
+            return _without_views(pa.RecordBatchReader.from_stream(data))
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise InvalidArgumentTypeError(f"data of type {type(data).__name__} exports an Arrow stream that cannot be read: {e}") from None
+    if type(data).__module__.split(".")[0] == "pandas" and type(data).__name__ == "DataFrame":  # pandas before 2.2: no C stream
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowException, TypeError, ValueError) as e:
+            raise InvalidArgumentTypeError(f"the pandas DataFrame cannot be converted to Arrow: {e}") from None
+        return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
     if not isinstance(data, (str, bytes, dict)) and hasattr(data, "__iter__"):
         batches = iter(data)
         first = next(batches, None)
@@ -184,8 +205,51 @@ def as_reader(data: Any, schema: pa.Schema | None = None) -> pa.RecordBatchReade
 
             return pa.RecordBatchReader.from_batches(first.schema, all_batches())
     raise InvalidArgumentTypeError(
-        f"data must be a pyarrow Table, RecordBatch, RecordBatchReader or RecordBatch iterable, got {type(data).__name__}"
+        "data must be Arrow-compatible: a pyarrow Table, RecordBatch, RecordBatchReader or Dataset, a pandas or polars "
+        f"DataFrame, an object exporting __arrow_c_stream__, or an iterable of RecordBatches; got {type(data).__name__}"
     )
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with string and binary views (Polars' export) as large strings and binaries,
+    which every compute kernel takes."""
+    if kind == pa.string_view():
+        return pa.large_string()
+    if kind == pa.binary_view():
+        return pa.large_binary()
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_plain(f.type)) for f in kind])
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        item = kind.value_field
+        return (pa.list_ if pa.types.is_list(kind) else pa.large_list)(item.with_type(_plain(item.type)))
+    return kind
+
+
+def _without_views(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
+    """``reader`` cast, batch by batch as read, to types without views."""
+    plain = pa.schema([f.with_type(_plain(f.type)) for f in reader.schema], metadata=reader.schema.metadata)
+    return reader if plain.equals(reader.schema) else reader.cast(plain)
+
+
+def arrow_schema_of(value: Any) -> pa.Schema | None:
+    """The Arrow schema of ``value`` when it is one (a pyarrow Schema or an object exporting
+    ``__arrow_c_schema__``, such as a polars Schema) or Arrow-compatible data (its columns'
+    schema, read without reading its rows where it streams); None otherwise."""
+    if isinstance(value, pa.Schema):
+        return value
+    if isinstance(value, (str, bytes, dict)):
+        return None
+    if isinstance(value, (pa.Table, pa.RecordBatch, pa.RecordBatchReader, pads.Dataset)):
+        return value.schema
+    if hasattr(value, "__arrow_c_schema__") and not hasattr(value, "__arrow_c_stream__"):
+        try:
+            return pa.schema(value)
+        except (pa.ArrowException, TypeError, ValueError):
+            return None
+    try:
+        return as_reader(value).schema
+    except InvalidArgumentTypeError:
+        return None
 
 
 # --- 1. conform to the table schema -------------------------------------------------------------
@@ -494,6 +558,59 @@ def encode_log_path(path: str) -> str:
 # --- 3. files --------------------------------------------------------------------------------------
 
 
+#: Rows sampled to choose a column's encoding, and the share of distinct values above which
+#: dictionary encoding is not tried.
+_DICTIONARY_SAMPLE_ROWS = 8192
+_DICTIONARY_MAX_DISTINCT = 0.5
+
+
+def dictionary_columns(rows: pa.Table) -> bool | list[str]:
+    """The columns worth dictionary encoding, judged on the first rows of a file: those whose
+    values repeat. Parquet writers try a dictionary on every column and give it up only after a
+    dictionary page's worth of distinct values, which on a unique key column took most of the
+    time a file took to write (and the fallback page is no smaller than plain encoding). Nested
+    columns: every column keeps the default."""
+    if any(pa.types.is_nested(f.type) for f in rows.schema):
+        return True
+    sample = rows.slice(0, _DICTIONARY_SAMPLE_ROWS)
+    chosen = []
+    for f in rows.schema:
+        column = sample.column(f.name)
+        valid = len(column) - column.null_count
+        if pa.types.is_boolean(f.type) or pa.types.is_dictionary(f.type) or valid == 0:
+            chosen.append(f.name)
+            continue
+        try:
+            distinct = pc.count_distinct(column).as_py()
+        except pa.ArrowNotImplementedError:  # a type without a hash kernel: the default
+            chosen.append(f.name)
+            continue
+        if distinct <= _DICTIONARY_MAX_DISTINCT * valid:
+            chosen.append(f.name)
+    return chosen
+
+
+class _Background:
+    """``work`` on a thread of its own; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                work()
+            except BaseException as e:  # re-raised on the writing thread
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="txnlog-file-stats", daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class _OpenFile:
     """One data file being written: its Parquet writer, buffered rows and running stats."""
 
@@ -506,6 +623,9 @@ class _OpenFile:
         self.stats = StatsCollector(layout.table_schema, layout.stats_columns, mapped=layout.mapped)
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
+        self.compression = compression
+        self.unstated: list[pa.RecordBatch] = []  # rows appended whose stats are not yet counted
+        self.writer: pq.ParquetWriter | None = None  # made with the first rows, which choose its encodings
         self.counted_disk = 0  # bytes of this file already in the write's size ratio
         fs, _ = store.arrow_filesystem()
         target = store.arrow_path(path)
@@ -515,14 +635,13 @@ class _OpenFile:
             except FileNotFoundError:
                 fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
                 self.sink = fs.open_output_stream(target)
-            self.writer = pq.ParquetWriter(self.sink, layout.file_schema, compression=compression)
         except Exception as e:
             if not _is_store_failure(e):
                 raise
             raise StorageError(f"cannot create data file {store.uri_of(path)}: {e}", path=path) from e
 
     def append(self, rows: pa.RecordBatch) -> None:
-        self.stats.update(rows)
+        self.unstated.append(rows)
         file_rows = self.layout.file_batch(rows)
         self.pending.append(file_rows)
         self.pending_bytes += file_rows.nbytes
@@ -539,16 +658,32 @@ class _OpenFile:
                 # Many small slices (one partition's share of each input batch) encode much
                 # faster once made contiguous.
                 table = table.combine_chunks()
-            self.writer.write_table(table)
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.sink, self.layout.file_schema, compression=self.compression,
+                                               use_dictionary=dictionary_columns(table))
+            # The stats are computed while Parquet encodes the rows: both release the GIL.
+            counting = _Background(self._count_stats)
+            try:
+                self.writer.write_table(table)
+            finally:
+                counting.join()
         except Exception as e:
             if not _is_store_failure(e):
                 raise
             raise StorageError(f"cannot write data file {self.path}: {e}", path=self.path) from e
         self.pending, self.pending_bytes = [], 0
 
+    def _count_stats(self) -> None:
+        rows, self.unstated = self.unstated, []
+        for batch in rows:
+            self.stats.update(batch)
+
     def close(self, data_change: bool) -> AddFile:
         self.flush()
+        self._count_stats()
         try:
+            if self.writer is None:  # no row: a valid empty file all the same
+                self.writer = pq.ParquetWriter(self.sink, self.layout.file_schema, compression=self.compression)
             self.writer.close()
             size = self.disk_bytes()
             self.sink.close()
@@ -566,7 +701,7 @@ class _OpenFile:
         )
 
     def discard(self) -> None:
-        for closer in (self.writer.close, self.sink.close):
+        for closer in ([self.writer.close] if self.writer is not None else []) + [self.sink.close]:
             try:
                 closer()
             except Exception:  # already failing; the file is deleted next
