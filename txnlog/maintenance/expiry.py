@@ -11,8 +11,15 @@ Doing (in this order, each step safe to crash after):
 1. drop consumers inactive for ``txnlog.consumer.expiration-time``;
 2. make sure the new earliest version, and every tagged version below it, has a checkpoint
    (written if missing) and that ``_last_checkpoint`` names the new earliest one or a later one;
-3. delete commits (and their ``.crc``/compacted files), oldest first, in parallel windows;
-4. delete checkpoints below the new earliest version (tagged ones stay), then their sidecars.
+3. delete the checkpoints below the new earliest version (tagged ones stay);
+4. delete commits (and their ``.crc``/compacted files): first, one by one, each commit that
+   starts a run a reader could still replay (the oldest, and the one after each tagged version),
+   then the rest in parallel windows;
+5. delete the sidecars only the deleted checkpoints referenced.
+
+Deleting the starts first means a crash inside a parallel window can leave holes only among
+commits no reader can reconstruct any more: no version below the new earliest is left readable
+with a hole above it (which ``validate`` reports as a gap).
 
 A crash at any point leaves every version from the new earliest on readable by any Delta reader.
 """
@@ -146,17 +153,19 @@ def _plan(
     return _Plan(layout, earliest, new_earliest, tagged, dropped)
 
 
-def _doomed_files(table: Table, plan: _Plan) -> tuple[list[str], list[str], list[str]]:
-    """(commit files oldest first, checkpoint files, sidecar files) below the new earliest version."""
+def _doomed_files(table: Table, plan: _Plan) -> tuple[tuple[list[str], list[str]], list[str], list[str]]:
+    """((commit files that start a replayable run, the other commit files), checkpoint files,
+    sidecar files) below the new earliest version, each oldest first."""
     layout, end = plan.layout, plan.new_earliest
-    commit_files: list[str] = []
-    for v in sorted(layout.listing.commits):
-        if v >= end:
-            break
-        if v not in plan.tagged:
-            commit_files.append(layout.listing.commits[v].path)
-            commit_files.extend(layout.extras.get(v, []))
-    commit_files.extend(p for v, paths in sorted(layout.extras.items()) if v < end and v not in plan.tagged and v not in layout.listing.commits for p in paths)
+    starts: list[str] = []
+    rest: list[str] = []
+    doomed_versions = [v for v in sorted(layout.listing.commits) if v < end and v not in plan.tagged]
+    for v in doomed_versions:
+        # A reader can replay from the oldest commit, and from a kept (tagged) checkpoint onwards.
+        run_start = v == doomed_versions[0] or (v - 1) in plan.tagged
+        (starts if run_start else rest).append(layout.listing.commits[v].path)
+        rest.extend(layout.extras.get(v, []))
+    rest.extend(p for v, paths in sorted(layout.extras.items()) if v < end and v not in plan.tagged and v not in layout.listing.commits for p in paths)
     doomed_checkpoints = {v: files for v, files in layout.listing.checkpoints.items() if v < end and v not in plan.tagged}
     checkpoint_files = [f.path for v in sorted(doomed_checkpoints) for f in doomed_checkpoints[v]]
     sidecar_files: list[str] = []
@@ -166,7 +175,7 @@ def _doomed_files(table: Table, plan: _Plan) -> tuple[list[str], list[str], list
         if doomed_v2:
             orphaned = core.sidecar_names(table.store, doomed_v2) - core.sidecar_names(table.store, kept_v2)
             sidecar_files = [f.path for f in layout.sidecars if f.name in orphaned]
-    return commit_files, checkpoint_files, sidecar_files
+    return (starts, rest), checkpoint_files, sidecar_files
 
 
 @arguments.takes_table
@@ -203,7 +212,7 @@ def expire(
     )
     layout = plan.layout
     commit_files, checkpoint_files, sidecar_files = _doomed_files(table, plan)
-    doomed = [*commit_files, *checkpoint_files, *sidecar_files]
+    doomed = [*commit_files[0], *commit_files[1], *checkpoint_files, *sidecar_files]
     needs_checkpoint = plan.new_earliest > 0 and plan.new_earliest > plan.earliest and layout.checkpoint(plan.new_earliest) is None
     result = ExpireResult(
         table_uri=table.uri,
@@ -237,9 +246,12 @@ def expire(
     if progress:
         progress("checkpoint", 1, 1)
 
-    # 3. and 4.: commits oldest first, then checkpoints, then the sidecars only they referenced.
-    delete_paths(table.store, commit_files, stage="deleting commits", max_workers=max_workers, progress=progress)
-    delete_paths(table.store, checkpoint_files + sidecar_files, stage="deleting checkpoints", max_workers=max_workers, progress=progress)
+    # 3. to 5.: checkpoints, the commits that start a replayable run, the other commits, sidecars.
+    delete_paths(table.store, checkpoint_files, stage="deleting checkpoints", max_workers=max_workers, progress=progress)
+    starts, rest = commit_files
+    delete_paths(table.store, starts, stage="deleting commits", max_workers=1, progress=progress)
+    delete_paths(table.store, rest, stage="deleting commits", max_workers=max_workers, progress=progress)
+    delete_paths(table.store, sidecar_files, stage="deleting sidecars", max_workers=max_workers, progress=progress)
     log.info(
         "expired versions %d..%d of %s (%d log files deleted)", plan.earliest, plan.new_earliest - 1, table.uri, len(doomed)
     )
