@@ -149,7 +149,11 @@ class TableConfiguration:
     def stats_columns_of(self, schema: pa.Schema) -> list[ColumnPath]:
         """:attr:`stats_columns` for files written in ``schema`` (the table's, or the table's
         plus a column of its own, as change data files add ``_change_type``)."""
-        return stats_columns(schema, self.metadata.configuration, self.partition_columns)
+        chosen = stats_columns(schema, self.metadata.configuration, self.partition_columns)
+        # Identity columns always: their high-water marks are read from the stats at commit.
+        missing: list[ColumnPath] = [(name,) for name in self.identity_columns if (name,) not in chosen and name in schema.names
+                   and name.lower() not in {c.lower() for c in self.partition_columns}]
+        return chosen + missing if missing else chosen
 
     @property
     def target_file_size(self) -> int:

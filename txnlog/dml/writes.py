@@ -205,6 +205,7 @@ def plan_write(location: TableLocation, snapshot: Snapshot | None, data_schema: 
         overrides = {} if options.target_file_size is None else {"target_file_size": options.target_file_size}
         ctx = txn.write_context(**overrides)
         ctx.check_schema(data_schema)
+        ctx.conform_spec.check_supplied(data_schema.names)
         if options.replace_where is not None:  # a condition that does not bind fails here, not in every task
             FilePredicate(options.replace_where, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)
         changed = txn.snapshot is None or txn.metadata != txn.snapshot.metadata
