@@ -255,6 +255,8 @@ class ConformSpec:
         for name, column in zip(rows.column_names, self.supplied(rows.column_names)):
             if column is not None and (chosen is None or name in chosen):
                 sources.setdefault(column.name, name)
+        if kind is RowKind.INSERT:
+            self.check_supplied(sources, "an insert")
         arrays: list[pa.ChunkedArray | pa.Array] = []
         fields: list[pa.Field] = []
         for column in self.columns:
@@ -373,7 +375,8 @@ class ConformSpec:
             filled: Any = generated
         else:  # only the NULLs, in row order
             positions = pc.cumulative_sum(pc.cast(pc.is_null(values), pa.int64()))
-            filled = pc.if_else(pc.is_null(values), pc.take(generated, pc.subtract(positions, 1)), values.cast(pa.int64()))
+            at = pc.max_element_wise(pc.subtract(positions, 1), 0)  # rows before the first NULL take nothing from it
+            filled = pc.if_else(pc.is_null(values), pc.take(generated, at), values.cast(pa.int64()))
         return rows.set_column(index, rows.field(index).with_type(pa.int64()), filled)
 
     def conformed_schema(self, schema: pa.Schema) -> pa.Schema:
