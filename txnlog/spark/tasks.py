@@ -28,7 +28,7 @@ from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError
 from txnlog.log import AddCDCFile, decode_action, encode_action
 from txnlog.read import CHANGE_TYPE, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, arrow_schema_of_struct, decode_error, encode_error, job_error, require_dataframe
-from txnlog.write import IdentityAllocator, write_change_files
+from txnlog.write import Fill, IdentityAllocator, write_change_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -162,9 +162,12 @@ def _run_tasks(df: DataFrame, ctx: WriteContext, task: _WriteTask, partition_by:
     columns = list(partition_by) if partition_by is not None else list(ctx.partition_columns)
     by_name = {n: p for n, p in zip(names, positional)}
     by_lower = {n.lower(): p for n, p in zip(names, positional)}
+    supplied_by_table = {col.name.lower() for col in ctx.conform_spec.columns if col.fill is not Fill.NULL}
     keys = []
     for c in columns:
         key = by_name.get(c, by_lower.get(c.lower()))
+        if key is None and c.lower() in supplied_by_table:
+            continue  # a generated (or default) partition column: the task's conform step computes it
         if key is None:
             raise SchemaError(f"partition column '{c}' is not a column of the DataFrame", field=c)
         keys.append(key)
