@@ -126,6 +126,9 @@ def _task_index() -> int:
     return int(index)
 
 
+_parse_value_cached = functools.lru_cache(maxsize=256)(parse_value)  # value trees are immutable: shared safely
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
     """One column of the table, as a writer fills it."""
@@ -138,12 +141,13 @@ class ColumnSpec:
     expression: str | None = None  # the SQL of a default or generated column
     identity: Identity | None = None
 
-    @functools.cached_property
+    @property
     def parsed(self) -> ValueExpression:
-        """The default or generation expression, parsed (once, in whichever process uses it)."""
+        """The default or generation expression, parsed (once per process: every write of a
+        table parses the same few expressions)."""
         assert self.expression is not None
         try:
-            return parse_value(self.expression)
+            return _parse_value_cached(self.expression)
         except TxnLogError as e:
             what = "generation expression" if self.fill is Fill.GENERATED else "default value"
             raise SchemaError(f"the {what} {self.expression!r} of column '{self.name}' cannot be parsed: {e}", field=self.name) from None
@@ -370,7 +374,9 @@ class ConformSpec:
                 f"(start {spec.start}, step {spec.step}, high-water mark {spec.high_water_mark})",
                 rule="identityColumns",
             )
-        generated = pa.array(range(low, high + spec.step, spec.step), pa.int64())
+        # low, low + step, ...: a running sum of steps (the bounds were checked above)
+        steps = pa.concat_arrays([pa.array([low], pa.int64()), pa.repeat(pa.scalar(spec.step, pa.int64()), missing - 1)])
+        generated = pc.cumulative_sum(steps)
         if missing == len(values):
             filled: Any = generated
         else:  # only the NULLs, in row order
@@ -393,7 +399,7 @@ class ConformSpec:
                 raise SchemaError(f"non-nullable column '{column.name}' is missing from the data", field=column.name)
             return pa.nulls(n, column.field.type)
         if column.fill is Fill.DEFAULT:  # the expression reads no column: n copies of its value
-            return self._evaluate(column, pa.table({"": pa.nulls(n)}), {column.name: ""})
+            return self._evaluate(column, pa.table({"": pa.nulls(n)}), {column.name: ""}).combine_chunks()
         return pa.nulls(n, column.field.type)  # identity, generated: computed once every column is there
 
 
