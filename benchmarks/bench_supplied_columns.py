@@ -3,14 +3,14 @@
     .venv/bin/python benchmarks/bench_supplied_columns.py            # 1M rows per append, 7 rounds
     .venv/bin/python benchmarks/bench_supplied_columns.py --quick    # 100k rows, 3 rounds
 
-Three tables of the same columns (``id long, ts timestamp, day date, status string, v long``),
+Three tables of the same columns (``id long, ts timestamp, day date, v long``),
 each appended the same rows per round, in rotating order (``Table.append`` of one Arrow table):
 
 - plain: a table without supplied columns, every column given by the data (built once,
   not timed);
 - identity + generated: ``id`` GENERATED ALWAYS AS IDENTITY, ``day`` generated as
-  ``CAST(ts AS DATE)``, ``status`` DEFAULT 'new': the data gives ``ts`` and ``v`` only; txnlog
-  numbers, computes and fills them, and the commit moves the high-water mark;
+  ``CAST(ts AS DATE)``: the data gives ``ts`` and ``v`` only; txnlog numbers and computes the
+  others, and the commit moves the high-water mark;
 - generated, given: the same table kind, the data giving ``day`` too, which txnlog checks.
 
 Goal (issue 25): identity + generated at most 1.1x the plain append.
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from _common import WORK_DIR, interleaved, log, machine_line, markdown_table, median, ms, paired_ratio, setup_logging, verdict
 
 from txnlog import Table
-from txnlog.schema import default_column, generated_column, identity_column
+from txnlog.schema import generated_column, identity_column
 
 UTC = pa.timestamp("us", tz="UTC")
 
@@ -43,15 +43,15 @@ def main() -> None:
     start = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
     ts = pc.cast(pa.array([int(start.timestamp() * 1e6) + i * 60_000_000 for i in range(rows)], pa.int64()), UTC)
     v = pa.array(range(rows), pa.int64())
-    plain_schema = pa.schema([("id", pa.int64()), ("ts", UTC), ("day", pa.date32()), ("status", pa.string()), ("v", pa.int64())])
+    plain_schema = pa.schema([("id", pa.int64()), ("ts", UTC), ("day", pa.date32()), ("v", pa.int64())])
     supplied_schema = pa.schema([identity_column("id"), pa.field("ts", UTC), generated_column("day", pa.date32(), "CAST(ts AS DATE)"),
-                                 default_column("status", pa.string(), "'new'"), pa.field("v", pa.int64())])
+                                 pa.field("v", pa.int64())])
     plain = Table.create(str(base / "plain"), schema=plain_schema)
     supplied = Table.create(str(base / "supplied"), schema=supplied_schema)
     given = Table.create(str(base / "given"), schema=supplied_schema)
     day = pc.cast(ts, pa.date32())
     # The plain table's rows are built once, outside the timing (its ids need not be unique).
-    plain_rows = pa.table({"id": pa.array(range(rows), pa.int64()), "ts": ts, "day": day, "status": pa.repeat(pa.scalar("new"), rows), "v": v})
+    plain_rows = pa.table({"id": pa.array(range(rows), pa.int64()), "ts": ts, "day": day, "v": v})
 
     runners = {
         "plain": lambda: plain.append(plain_rows),

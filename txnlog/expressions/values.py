@@ -235,7 +235,12 @@ class _Evaluator:
             return self.case(node)
         if isinstance(node, CastValue):
             operand = self.value(node.operand)
-            return pc.cast(operand, node.to) if operand.type != pa.null() else pa.scalar(None, node.to)
+            if operand.type == pa.null():
+                return pa.scalar(None, node.to)
+            if pa.types.is_timestamp(operand.type) and operand.type.tz in ("UTC", "+00:00", "Etc/UTC") and not pa.types.is_string(node.to):
+                # UTC instants are their wall-clock times: the zone-free cast gives the same values, faster
+                operand = operand.cast(pa.timestamp(operand.type.unit))
+            return pc.cast(operand, node.to)
         if isinstance(node, FunctionCall):
             return self.function(node)
         raise AssertionError(f"unhandled value node {node!r}")
