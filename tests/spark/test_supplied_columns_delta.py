@@ -82,3 +82,33 @@ def test_txnlog_continues_delta_sparks_identity_generated_default_table(delta_sp
     assert all((r["id"] - 5) % 3 == 0 for r in rows)
     assert _mark(Table(path)) == max(r["id"] for r in rows)
     assert delta_spark.read.format("delta").load(path).count() == 26
+
+
+def test_spark_paths_number_generate_and_default_through_the_tasks(delta_spark, tmp_path: Path) -> None:
+    from txnlog import spark as ts
+    from txnlog.spark import merge
+    from txnlog.spark.driver import DRIVER_SCAN_CELLS_CONF
+
+    ts.register(delta_spark)
+
+    path = str(tmp_path / "t")
+    schema = pa.schema([identity_column("id"), pa.field("ts", UTC), generated_column("day", pa.date32(), "CAST(ts AS DATE)"),
+                        default_column("status", pa.string(), "'new'"), pa.field("v", pa.int64())])
+    Table.create(path, schema=schema, partition_by=["day"])
+    df = delta_spark.createDataFrame([(dt.datetime(2024, 5, 1 + i % 3, 12), i) for i in range(12)], "ts timestamp, v long").repartition(3)
+    df.write.format("txnlog").mode("append").save(path)  # the data source: three tasks, one plan
+    _check_rows(Table(path).snapshot().to_arrow().to_pylist(), 12)
+    source = delta_spark.createDataFrame([(dt.datetime(2024, 5, 9, 12), i) for i in range(10, 16)], "ts timestamp, v long").repartition(2)
+    previous = delta_spark.conf.get(DRIVER_SCAN_CELLS_CONF, None)
+    delta_spark.conf.set(DRIVER_SCAN_CELLS_CONF, "0")  # Spark's own MERGE, not the driver's
+    try:
+        merge(delta_spark, path, source, on="v", when_matched_update={"ts": "s.ts"}, when_not_matched_insert={"v": "s.v", "ts": "s.ts"})
+    finally:
+        if previous is None:
+            delta_spark.conf.unset(DRIVER_SCAN_CELLS_CONF)
+        else:
+            delta_spark.conf.set(DRIVER_SCAN_CELLS_CONF, previous)
+    rows = Table(path).snapshot().to_arrow().to_pylist()
+    _check_rows(rows, 16)  # 10 and 11 updated (day recomputed), 12..15 inserted
+    assert {r["v"] for r in rows if r["day"] == dt.date(2024, 5, 9)} == {10, 11, 12, 13, 14, 15}
+    assert _mark(Table(path)) == max(r["id"] for r in rows)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -109,17 +110,18 @@ class IdentityAllocator:
 
     def for_tasks(self) -> IdentityAllocator:
         """An allocator for the tasks of one Spark write: a region of ``MAX_TASKS * TASK_SPAN``
-        indexes reserved here, on the driver."""
+        indexes reserved here, on the driver (itself when it is already one)."""
+        if self._region is not None:
+            return self
         return IdentityAllocator(region=self.take(MAX_TASKS * TASK_SPAN))
 
 
 def _task_index() -> int:
     """The partition index of the Spark task running this (0 outside Spark)."""
-    try:
-        from pyspark import TaskContext  # deferred: only inside a Spark task
-    except ImportError:  # pragma: no cover - pyspark is a dependency
+    pyspark = sys.modules.get("pyspark")  # a Spark worker has imported it; elsewhere it is not needed
+    if pyspark is None:
         return 0
-    context = TaskContext.get()
+    context = pyspark.TaskContext.get()
     index = context.partitionId() if context is not None else 0
     if index >= MAX_TASKS:
         raise ProtocolViolationError(f"a Spark write with more than {MAX_TASKS} tasks cannot generate identity values", rule="identityColumns")
