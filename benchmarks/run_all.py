@@ -27,7 +27,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_starvation.py", []),  # a copy-on-write updater among 4 and 8 blind appenders
     ("bench_maintenance.py", []),  # checkpoint, expire, vacuum against delta-rs
     ("bench_spark_merge.py", []),  # Spark MERGE vs a full rebuild; the foreachBatch sink vs a bare Parquet write
-    ("bench_reads.py", []),  # DuckDB over to_pyarrow_dataset, and streaming memory, against deltalake
+    ("bench_reads.py", []),
+    ("bench_supplied_columns.py", []),  # appends with identity and generated columns against plain ones  # DuckDB over to_pyarrow_dataset, and streaming memory, against deltalake
 ]
 
 
