@@ -205,3 +205,10 @@ def test_a_filter_on_the_source_column_prunes_files_through_the_generated_partit
     assert snapshot.files("ts > TIMESTAMP '2024-05-02 00:00:00+00:00' OR v = 1").num_rows == 3  # no top-level comparison: no pruning
     # pruning never changes which rows match
     assert sorted(snapshot.to_arrow(predicate="ts >= TIMESTAMP '2024-05-02 13:00:00+00:00'").column("v").to_pylist()) == [2, 3]
+
+
+def test_by_default_ids_given_as_ints_with_nulls_are_numbered_as_longs(tmp_path: Path) -> None:
+    table = Table.create(str(tmp_path), schema=pa.schema([identity_column("id", generated="by default"), pa.field("v", pa.int64())]))
+    table.append(pa.table({"id": pa.array([None, 5, None], pa.int32()), "v": [1, 2, 3]}))
+    table.append(pa.table({"v": [4]}))  # the mark passed the given 5: numbering goes on after it
+    assert [r["id"] for r in table.snapshot().to_arrow().sort_by("v").to_pylist()] == [1, 5, 2, 6]

@@ -393,6 +393,10 @@ class ConformSpec:
         for column in self.missing(schema.names):
             self._fill(column, 0)
             schema = schema.append(column.field)
+        for name, given in zip(schema.names, self.supplied(schema.names)):
+            if given is not None and given.identity is not None and schema.field(name).type != pa.int64():
+                index = schema.get_field_index(name)  # numbered values are longs, whatever type the rows gave
+                schema = schema.set(index, schema.field(index).with_type(pa.int64()))
         return schema
 
     def _fill(self, column: ColumnSpec, n: int) -> pa.Array | pa.ChunkedArray:
