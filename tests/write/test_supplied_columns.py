@@ -212,3 +212,16 @@ def test_by_default_ids_given_as_ints_with_nulls_are_numbered_as_longs(tmp_path:
     table.append(pa.table({"id": pa.array([None, 5, None], pa.int32()), "v": [1, 2, 3]}))
     table.append(pa.table({"v": [4]}))  # the mark passed the given 5: numbering goes on after it
     assert [r["id"] for r in table.snapshot().to_arrow().sort_by("v").to_pylist()] == [1, 5, 2, 6]
+
+
+def test_an_append_of_given_ids_below_the_mark_commits_over_an_identity_only_winner(tmp_path: Path) -> None:
+    # IdentityColumnConflictSuite: an insert of explicit values that leaves the mark alone changes no
+    # metadata, so a concurrent commit that only moved the mark does not fail it.
+    table = _events(tmp_path, generated="by default")
+    table.append(pa.table({"ts": _ts(1, 1), "v": [1, 2]}))  # ids 100, 110: mark 110
+    loser = table.transaction("WRITE")
+    loser.write(pa.table({"id": [105], "ts": _ts(2), "v": [3]}))
+    table.append(pa.table({"ts": _ts(3), "v": [4]}))  # wins: id 120, mark 120
+    loser.commit()
+    assert sorted(table.snapshot().to_arrow().column("id").to_pylist()) == [100, 105, 110, 120]
+    assert _field_meta(table, "id")["delta.identity.highWaterMark"] == 120
