@@ -69,6 +69,9 @@ def test_independent_readers_see_the_generated_values(tmp_path: Path) -> None:
     con = duckdb_delta()
     got = con.sql(f"SELECT id, day, status, v FROM delta_scan('{tmp_path}') ORDER BY v").fetchall()
     assert got == [(100, dt.date(2024, 5, 1), "new", 1), (110, dt.date(2024, 5, 2), "new", 2)]
+    deltalake = pytest.importorskip("deltalake")
+    rows = deltalake.DeltaTable(str(tmp_path)).to_pyarrow_table().sort_by("v").select(["id", "day", "status", "v"]).to_pylist()
+    assert [tuple(r.values()) for r in rows] == got
 
 
 def test_explicit_values_are_refused_for_always_and_kept_for_by_default(tmp_path: Path) -> None:
