@@ -29,6 +29,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_spark_merge.py", []),  # Spark MERGE vs a full rebuild; the foreachBatch sink vs a bare Parquet write
     ("bench_reads.py", []),  # DuckDB over to_pyarrow_dataset, and streaming memory, against deltalake
     ("bench_python_api.py", []),  # write_table and the MERGE builder against deltalake
+    ("bench_supplied_columns.py", []),  # appends with identity and generated columns against plain ones
 ]
 
 

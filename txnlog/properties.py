@@ -434,6 +434,15 @@ PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 INVARIANTS_KEY = "delta.invariants"
 GENERATION_EXPRESSION_KEY = "delta.generationExpression"
 IDENTITY_START_KEY = "delta.identity.start"
+IDENTITY_STEP_KEY = "delta.identity.step"
+#: Column metadata: the highest identity value generated so far.
+IDENTITY_HIGH_WATER_MARK_KEY = "delta.identity.highWaterMark"
+IDENTITY_ALLOW_EXPLICIT_INSERT_KEY = "delta.identity.allowExplicitInsert"
+#: Column metadata: a column's default value as SQL (feature allowColumnDefaults); Spark's name.
+CURRENT_DEFAULT_KEY = "CURRENT_DEFAULT"
+#: commitInfo tag delta-spark sets and reads when resolving conflicts: the commit's metaData
+#: action only moves identity high-water marks.
+IDENTITY_ONLY_TAG = "delta.identity.schemaUpdate"
 RESERVED_DOMAIN_PREFIX = "delta."
 #: The namespaces of table property keys: an option or setting in one of them is a table property.
 PROPERTY_PREFIXES = ("delta.", "txnlog.")

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
 from txnlog import properties as props
-from txnlog.errors import SchemaError
+from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, SchemaError
 
 FIELD_METADATA_KEY = b"delta.metadata"
 
@@ -181,3 +182,148 @@ def assign_column_mapping(schema_string: str, start_id: int = 0) -> tuple[str, i
 
     out = map_fields(orjson.loads(schema_string), visit_field)
     return orjson.dumps(out).decode(), next_id
+
+
+# --- identity, generated and default columns ---------------------------------------------------
+#
+# Their definitions live in the columns' Delta metadata (PROTOCOL.md "Identity Columns",
+# "Generated Columns", "Default Columns"); these read and build them.
+
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """An identity column's definition: values ``start + k * step`` (k >= 0), each beyond
+    ``high_water_mark`` (None: none generated yet). ``always`` (GENERATED ALWAYS): a writer
+    refuses values given for it; otherwise (BY DEFAULT) given values are kept as they are."""
+
+    start: int
+    step: int
+    high_water_mark: int | None = None
+    always: bool = True
+
+    @property
+    def next_value(self) -> int:
+        """The first value a writer may generate now."""
+        return self.start if self.high_water_mark is None else self.high_water_mark + self.step
+
+    def beyond_mark(self, value: int) -> bool:
+        """Whether ``value`` lies past the high-water mark in the step's direction."""
+        if self.high_water_mark is None:
+            return (value - self.start) * self.step >= 0
+        return (value - self.high_water_mark) * self.step > 0
+
+    def advanced(self, candidate: int) -> int | None:
+        """The high-water mark after generating up to ``candidate``: rounded up to a value of
+        the column's sequence and never moved back, as delta-spark advances it; None when it
+        stays where it is."""
+        if (candidate - self.start) * self.step < 0:  # before the start: nothing to record
+            return None
+        offset = candidate - self.start
+        if offset % self.step:  # off the sequence (a given value): the next value of it
+            quotient = abs(offset) // abs(self.step)  # truncated towards 0, as the JVM divides
+            candidate = self.start + self.step * (quotient + 1)
+        if self.high_water_mark is not None and (candidate - self.high_water_mark) * self.step <= 0:
+            return None
+        return candidate
+
+
+def identity_of(field: pa.Field | dict[str, Any]) -> Identity | None:
+    """The identity definition of ``field`` (an Arrow field or a Delta JSON field), or None.
+    SchemaError naming the column when its metadata holds only part of one, a step of 0, or a
+    type other than long (delta-spark's rules)."""
+    if isinstance(field, pa.Field):
+        meta, name, is_long = delta_field_metadata(field), field.name, field.type == pa.int64()
+    else:
+        meta, name, is_long = field.get("metadata") or {}, str(field.get("name")), field.get("type") == "long"
+    keys = (props.IDENTITY_START_KEY, props.IDENTITY_STEP_KEY, props.IDENTITY_ALLOW_EXPLICIT_INSERT_KEY)
+    present = [k in meta for k in keys]
+    if not any(present):
+        return None
+    if not all(present):
+        missing = [k for k, p in zip(keys, present, strict=True) if not p]
+        raise SchemaError(f"identity column '{name}' lacks {', '.join(missing)} in its metadata", field=name)
+    try:
+        start, step = _long(meta[props.IDENTITY_START_KEY]), _long(meta[props.IDENTITY_STEP_KEY])
+        mark = meta.get(props.IDENTITY_HIGH_WATER_MARK_KEY)
+        high_water_mark = None if mark is None else _long(mark)
+    except (TypeError, ValueError, OverflowError):
+        raise SchemaError(f"identity column '{name}' has a start, step or high-water mark that is not a long", field=name) from None
+    if step == 0:
+        raise SchemaError(f"identity column '{name}' has {props.IDENTITY_STEP_KEY} 0: the step of an identity column cannot be 0", field=name)
+    if not is_long:
+        raise SchemaError(f"identity column '{name}' must be of type long (BIGINT)", field=name)
+    explicit = meta[props.IDENTITY_ALLOW_EXPLICIT_INSERT_KEY]
+    if isinstance(explicit, str):
+        explicit = explicit.strip().lower() == "true"
+    return Identity(start, step, high_water_mark, always=not bool(explicit))
+
+
+def _long(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError(value)
+    number = int(value)
+    if not LONG_MIN <= number <= LONG_MAX:
+        raise OverflowError(value)
+    return number
+
+
+def generation_expression(field: pa.Field) -> str | None:
+    """The SQL a generated column's values must equal (``delta.generationExpression``), or None."""
+    value = delta_field_metadata(field).get(props.GENERATION_EXPRESSION_KEY)
+    return str(value) if value is not None else None
+
+
+def default_expression(field: pa.Field) -> str | None:
+    """The SQL a column's missing values default to (``CURRENT_DEFAULT``), or None."""
+    value = delta_field_metadata(field).get(props.CURRENT_DEFAULT_KEY)
+    return str(value) if value is not None else None
+
+
+def _with_metadata(name: str, type_: pa.DataType, nullable: bool, meta: dict[str, Any]) -> pa.Field:
+    return pa.field(name, type_, nullable, metadata={FIELD_METADATA_KEY: orjson.dumps(meta)})
+
+
+def identity_column(name: str, *, start: int = 1, step: int = 1, generated: str = "always", nullable: bool = True) -> pa.Field:
+    """A long column whose values the table generates, ``start``, ``start + step``, ... (delta-spark's
+    ``GENERATED ALWAYS AS IDENTITY (START WITH start INCREMENT BY step)``); ``generated="by default"``
+    also accepts values a write gives (``GENERATED BY DEFAULT AS IDENTITY``)."""
+    mode = generated.strip().lower().replace("_", " ")
+    if mode not in ("always", "by default"):
+        raise InvalidArgumentError(f"generated must be 'always' or 'by default', got {generated!r}")
+    if isinstance(start, bool) or isinstance(step, bool) or not isinstance(start, int) or not isinstance(step, int):
+        raise InvalidArgumentTypeError("identity_column: start and step must be integers")
+    if step == 0:
+        raise InvalidArgumentError("identity_column: step cannot be 0")
+    if not (LONG_MIN <= start <= LONG_MAX and LONG_MIN <= step <= LONG_MAX):
+        raise InvalidArgumentError("identity_column: start and step must fit a long")
+    meta = {props.IDENTITY_START_KEY: start, props.IDENTITY_STEP_KEY: step, props.IDENTITY_ALLOW_EXPLICIT_INSERT_KEY: mode == "by default"}
+    return _with_metadata(name, pa.int64(), nullable, meta)
+
+
+def generated_column(name: str, type: pa.DataType, expression: str, *, nullable: bool = True) -> pa.Field:  # noqa: A002 - pa.field's word
+    """A column whose value is always ``expression`` (Spark SQL over the row's other columns),
+    as delta-spark's ``GENERATED ALWAYS AS (expression)``: computed when a write leaves it out,
+    checked when a write gives it."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise InvalidArgumentError("generated_column needs a SQL expression")
+    return _with_metadata(name, type, nullable, {props.GENERATION_EXPRESSION_KEY: expression})
+
+
+def default_column(name: str, type: pa.DataType, expression: str, *, nullable: bool = True) -> pa.Field:  # noqa: A002 - pa.field's word
+    """A column that takes ``expression`` (a SQL literal or expression without columns, e.g.
+    ``'new'``, ``0``, ``current_date()``) in rows a write does not give it for (``DEFAULT``)."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise InvalidArgumentError("default_column needs a SQL expression")
+    return _with_metadata(name, type, nullable, {props.CURRENT_DEFAULT_KEY: expression})
+
+
+def with_high_water_marks(schema_string: str, marks: Mapping[str, int]) -> str:
+    """``schema_string`` with the identity high-water mark of each top-level column named in
+    ``marks`` set (everything else as it was)."""
+    schema = orjson.loads(schema_string)
+    for f in schema.get("fields", []):
+        if f.get("name") in marks:
+            f["metadata"] = {**(f.get("metadata") or {}), props.IDENTITY_HIGH_WATER_MARK_KEY: int(marks[f["name"]])}
+    return orjson.dumps(schema).decode()

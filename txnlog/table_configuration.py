@@ -25,6 +25,7 @@ from txnlog.file_facts import ColumnPath, partition_fields, physical_path, physi
 from txnlog.file_facts import physical_name as _physical_name
 from txnlog.log.actions import Metadata, Protocol
 from txnlog.log.features import check_readable, check_writable, writer_features
+from txnlog.schema import Identity, default_expression, generation_expression, identity_of
 
 T = TypeVar("T")
 
@@ -148,7 +149,11 @@ class TableConfiguration:
     def stats_columns_of(self, schema: pa.Schema) -> list[ColumnPath]:
         """:attr:`stats_columns` for files written in ``schema`` (the table's, or the table's
         plus a column of its own, as change data files add ``_change_type``)."""
-        return stats_columns(schema, self.metadata.configuration, self.partition_columns)
+        chosen = stats_columns(schema, self.metadata.configuration, self.partition_columns)
+        # Identity columns always: their high-water marks are read from the stats at commit.
+        missing: list[ColumnPath] = [(name,) for name in self.identity_columns if (name,) not in chosen and name in schema.names
+                   and name.lower() not in {c.lower() for c in self.partition_columns}]
+        return chosen + missing if missing else chosen
 
     @property
     def target_file_size(self) -> int:
@@ -167,6 +172,31 @@ class TableConfiguration:
     @property
     def domain_metadata_supported(self) -> bool:
         return "domainMetadata" in self.writer_features
+
+    # -- columns whose values writers supply -------------------------------------------------
+
+    @property
+    def identity_columns(self) -> dict[str, Identity]:
+        """Each identity column (top-level, by name) and its definition: what writers generate
+        values for, beyond the high-water mark (feature ``identityColumns``, writer version 6)."""
+        return {f.name: identity for f in self.schema if (identity := identity_of(f)) is not None}
+
+    @property
+    def generated_columns(self) -> dict[str, str]:
+        """Each generated column and its generation expression (SQL), when the protocol supports
+        them (writer version 4 or ``generatedColumns``): a metadata key on a table without the
+        feature asks nothing of writers, as delta-spark reads it."""
+        if "generatedColumns" not in self.writer_features:
+            return {}
+        return {f.name: expression for f in self.schema if (expression := generation_expression(f)) is not None}
+
+    @property
+    def default_columns(self) -> dict[str, str]:
+        """Each column with a default value (SQL) for rows that do not give it, when the table
+        has the ``allowColumnDefaults`` feature."""
+        if "allowColumnDefaults" not in self.writer_features:
+            return {}
+        return {f.name: expression for f in self.schema if (expression := default_expression(f)) is not None}
 
     # -- table features --------------------------------------------------------------------
 

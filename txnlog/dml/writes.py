@@ -51,7 +51,7 @@ from txnlog.schema import arrow_to_delta_schema
 from txnlog.snapshot import Snapshot
 from txnlog.storage import TableLocation
 from txnlog.txn.transaction import OptimisticTransaction
-from txnlog.write import WriteContext, write_change_files
+from txnlog.write import IdentityAllocator, WriteContext, write_change_files
 from txnlog.write.changes import CHANGE_TYPE_COLUMN
 
 MODES = ("append", "overwrite", "error", "ignore")
@@ -222,6 +222,11 @@ def plan_write(location: TableLocation, snapshot: Snapshot | None, data_schema: 
         overrides = {} if options.target_file_size is None else {"target_file_size": options.target_file_size}
         ctx = txn.write_context(**overrides)
         ctx.check_schema(data_schema)
+        ctx.conform_spec.check_supplied(data_schema.names)
+        if any(c.identity is not None for c in ctx.conform_spec.columns):
+            # The plan travels to wherever rows are written (this process, Spark tasks): each
+            # writer numbers identity values in its own part of one region.
+            ctx = dataclasses.replace(ctx, identity=IdentityAllocator().for_tasks())
         if options.replace_where is not None:  # a condition that does not bind fails here, not in every task
             FilePredicate(options.replace_where, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)
         changed = txn.snapshot is None or txn.metadata != txn.snapshot.metadata

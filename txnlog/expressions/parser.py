@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     import sqlglot
     from sqlglot import exp
     from sqlglot.dialects.dialect import Dialect
+    from sqlglot.time import format_time
 
 
 class _Parsing:
@@ -79,6 +80,7 @@ def _load_sqlglot() -> None:
     import sqlglot  # deferred: the parser
     from sqlglot import exp  # deferred: the parser
     from sqlglot.dialects.spark import Spark  # deferred: the parser
+    from sqlglot.time import format_time  # deferred: the parser
 
     class _SparkQuotedIdentifiers(Spark):
         """Spark SQL, except that double quotes delimit identifiers (as in ANSI SQL), not strings."""
@@ -95,7 +97,7 @@ def _load_sqlglot() -> None:
         exp.GT: ">",
         exp.GTE: ">=",
     }
-    globals().update(sqlglot=sqlglot, exp=exp)  # the names the parsing methods use
+    globals().update(sqlglot=sqlglot, exp=exp, format_time=format_time)  # the names the parsing methods use
     _SQL.comparisons = comparisons
     _SQL.dialect = _SparkQuotedIdentifiers  # last: its presence says all is bound
 
@@ -609,6 +611,9 @@ class _Parser:
             return FunctionCall({"LEADING": "ltrim", "TRAILING": "rtrim"}.get(position, "trim"), (self.value(e.this),))
         if isinstance(e, exp.Nullif):
             return FunctionCall("nullif", (self.value(e.this), self.value(e.expression)))
+        dated = self.date_function(e)
+        if dated is not None:
+            return dated
         # Any other function: its operands in sqlglot's argument order, so the columns it
         # reads are known even where txnlog cannot compute it.
         args: list[ValueExpression] = []
@@ -617,6 +622,37 @@ class _Parser:
                 if isinstance(item, exp.Expression) and not isinstance(item, (exp.DataType, exp.Var)):
                     args.append(self.value(item))
         return FunctionCall(name, tuple(args))
+
+    def date_function(self, e: exp.Func) -> ValueExpression | None:
+        """The date, time and text functions generation expressions use, in Spark's terms
+        (sqlglot rewrites them into its own): ``year(x)``, ``month``, ``day``, ``hour``,
+        ``minute``, ``second``, ``date_format(x, 'yyyy-MM')``, ``substring(x, pos[, len])``,
+        ``date_trunc('HOUR', x)``, ``trunc(x, 'MM')`` and ``to_date(x)`` (a cast to date);
+        None for any other function."""
+        parts = {exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day", exp.Hour: "hour",
+                 exp.Minute: "minute", exp.Second: "second"}
+        if type(e) in parts:
+            return FunctionCall(parts[type(e)], (self.value(e.this),))
+        if isinstance(e, exp.TsOrDsToDate) and e.args.get("format") is None:
+            return CastValue(self.value(e.this), pa.date32())
+        if isinstance(e, exp.TimeStrToTime):  # how sqlglot reads date_format's operand
+            return self.value(e.this)
+        if isinstance(e, exp.TimeToStr):
+            spelled = format_time(str(e.args["format"].this), _SQL.dialect.INVERSE_TIME_MAPPING, _SQL.dialect.INVERSE_TIME_TRIE)
+            return FunctionCall("date_format", (self.value(e.this), LiteralValue(pa.scalar(spelled or ""))))
+        if isinstance(e, exp.Substring):
+            args = [self.value(e.this), self.value(e.args["start"])]
+            if e.args.get("length") is not None:
+                args.append(self.value(e.args["length"]))
+            return FunctionCall("substring", tuple(args))
+        if isinstance(e, exp.TimestampTrunc):
+            unit = e.args.get("unit")
+            return FunctionCall("date_trunc", (LiteralValue(pa.scalar(str(unit.name if unit is not None else "").upper())), self.value(e.this)))
+        if isinstance(e, exp.DateTrunc):
+            unit = e.args.get("unit")
+            text = unit.name if isinstance(unit, (exp.Literal, exp.Var)) else ""
+            return FunctionCall("trunc", (self.value(e.this), LiteralValue(pa.scalar(str(text).upper()))))
+        return None
 
     # -- literals ---------------------------------------------------------------------------
 

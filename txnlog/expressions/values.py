@@ -24,7 +24,8 @@ ARITHMETIC = ("+", "-", "*", "/", "%")
 COMPARISONS = ("=", "<>", "<", "<=", ">", ">=", "<=>")
 CONNECTIVES = ("AND", "OR")
 #: Functions :func:`evaluate_value` computes, by their SQL name (lowercase).
-FUNCTIONS = ("abs", "coalesce", "concat", "if", "length", "lower", "ltrim", "nullif", "rtrim", "trim", "upper")
+FUNCTIONS = ("abs", "coalesce", "concat", "date_format", "date_trunc", "day", "hour", "if", "length", "lower", "ltrim", "minute",
+             "month", "nullif", "rtrim", "second", "substring", "trim", "trunc", "upper", "year")
 
 
 class ValueExpression:
@@ -144,6 +145,12 @@ Datum: TypeAlias = Any
 Resolver: TypeAlias = Callable[[Reference], Any]
 
 _COMPARE = {"=": pc.equal, "<>": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
+_DATE_PARTS = {"year": pc.year, "month": pc.month, "day": pc.day, "hour": pc.hour, "minute": pc.minute, "second": pc.second}
+# Spark's datetime pattern letters, as strftime spells them (the ones generation expressions use).
+_SPARK_PATTERN = (("yyyy", "%Y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("mm", "%M"), ("ss", "%S"))
+# date_trunc / trunc units -> pyarrow's floor_temporal units.
+_TRUNC_UNITS = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter", "MONTH": "month", "MON": "month", "MM": "month",
+                "WEEK": "week", "DAY": "day", "DD": "day", "HOUR": "hour", "MINUTE": "minute", "SECOND": "second"}
 _STRING_FUNCTIONS = {
     "upper": pc.utf8_upper,
     "lower": pc.utf8_lower,
@@ -228,7 +235,12 @@ class _Evaluator:
             return self.case(node)
         if isinstance(node, CastValue):
             operand = self.value(node.operand)
-            return pc.cast(operand, node.to) if operand.type != pa.null() else pa.scalar(None, node.to)
+            if operand.type == pa.null():
+                return pa.scalar(None, node.to)
+            if pa.types.is_timestamp(operand.type) and operand.type.tz in ("UTC", "+00:00", "Etc/UTC") and not pa.types.is_string(node.to):
+                # UTC instants are their wall-clock times: the zone-free cast gives the same values, faster
+                operand = operand.cast(pa.timestamp(operand.type.unit))
+            return pc.cast(operand, node.to)
         if isinstance(node, FunctionCall):
             return self.function(node)
         raise AssertionError(f"unhandled value node {node!r}")
@@ -346,6 +358,8 @@ class _Evaluator:
         if name == "concat":
             parts = [a if pa.types.is_string(a.type) else pc.cast(a, pa.string()) for a in args]
             return pc.binary_join_element_wise(*parts, "")
+        if name in ("date_format", "date_trunc", "trunc", "substring"):
+            return self.temporal_or_text(name, args)
         expected = {"if": 3, "nullif": 2}.get(name, 1)
         if len(args) != expected:
             raise self.error(f"calls {name}() with {len(args)} argument(s); it takes {expected}")
@@ -359,7 +373,39 @@ class _Evaluator:
             return arg
         if name == "abs":
             return pc.abs_checked(arg)
+        if name in _DATE_PARTS:  # an int, as Spark's year(), month(), ... give
+            return pc.cast(_DATE_PARTS[name](arg), pa.int32())
         return _STRING_FUNCTIONS[name](arg)
+
+    def temporal_or_text(self, name: str, args: list[Datum]) -> Datum:
+        """``date_format(x, pattern)``, ``date_trunc(unit, x)``, ``trunc(x, unit)`` and
+        ``substring(x, pos[, len])`` (1-based, as in Spark): the functions generated columns use."""
+        expected = (2, 3) if name == "substring" else (2,)
+        if len(args) not in expected:
+            raise self.error(f"calls {name}() with {len(args)} argument(s)")
+        if name == "substring":
+            value, start, length = args[0], args[1].as_py(), args[2].as_py() if len(args) == 3 else None
+            if value.type == pa.null():
+                return value
+            begin = start - 1 if start > 0 else start  # Spark: position 0 is 1; negative counts from the end
+            stop = begin + max(length, 0) if length is not None and (begin >= 0 or begin + length < 0) else None
+            return pc.utf8_slice_codeunits(value, begin, stop)
+        value, text = (args[1], args[0]) if name == "date_trunc" else (args[0], args[1])
+        if not isinstance(text, pa.Scalar) or not pa.types.is_string(text.type):
+            raise self.error(f"calls {name}() with a {'pattern' if name == 'date_format' else 'unit'} that is not a string literal")
+        if value.type == pa.null():
+            return pa.scalar(None, pa.string() if name == "date_format" else pa.timestamp("us"))
+        if name == "date_format":
+            pattern = text.as_py()
+            for spark, strftime in _SPARK_PATTERN:
+                pattern = pattern.replace(spark, strftime)
+            return pc.strftime(value, format=pattern)
+        unit = _TRUNC_UNITS.get(text.as_py().strip().upper())
+        if unit is None:
+            raise self.error(f"calls {name}() with unknown unit {text.as_py()!r}")
+        if name == "trunc":  # a date, to its year/month/week/quarter
+            return pc.cast(pc.floor_temporal(pc.cast(value, pa.date32()), unit=unit), pa.date32())
+        return pc.floor_temporal(value, unit=unit)
 
 
 def _common_type(a: pa.DataType, b: pa.DataType, evaluator: _Evaluator) -> pa.DataType:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
 
 from txnlog import properties as props
 from txnlog.errors import InvalidTablePropertyError, UnsupportedFeatureError
@@ -60,7 +64,10 @@ WRITER_FEATURES = frozenset(
         "invariants",
         "checkConstraints",
         "changeDataFeed",
+        "generatedColumns",
         "columnMapping",
+        "identityColumns",
+        "allowColumnDefaults",
         "deletionVectors",
         "timestampNtz",
         "domainMetadata",
@@ -75,9 +82,6 @@ WRITER_FEATURES = frozenset(
         "rowTracking",
     }
 )
-# Features whose rules only bite when the schema uses them (a generation expression, an
-# identity column): listed but unused, they ask nothing of a writer.
-_WRITER_FEATURES_IF_UNUSED = frozenset({"generatedColumns", "identityColumns"})
 _LEGACY_WRITER_FEATURES = {
     2: ("appendOnly", "invariants"),
     3: ("checkConstraints",),
@@ -98,14 +102,59 @@ def writer_features(protocol: Protocol) -> frozenset[str]:
     return frozenset(implied)
 
 
-def features_in_use(schema_string: str) -> set[str]:
-    """Schema-level features a table actually uses: generated and identity columns."""
-    used = set()
-    if props.GENERATION_EXPRESSION_KEY in schema_string:
-        used.add("generatedColumns")
-    if props.IDENTITY_START_KEY in schema_string:
-        used.add("identityColumns")
-    return used
+@dataclass(frozen=True)
+class SchemaFeatures:
+    """The table features a schema's columns need: reader and writer feature names, and the
+    legacy writer version that implies the writer ones (None: only table features can say it)."""
+
+    reader: frozenset[str] = frozenset()
+    writer: frozenset[str] = frozenset()
+    legacy_writer: int | None = 2
+
+
+def schema_features(schema_string: str) -> SchemaFeatures:
+    """The features the columns of ``schema_string`` need (PROTOCOL.md): generated columns
+    (writer version 4 or ``generatedColumns``), identity columns (6 or ``identityColumns``),
+    column defaults (``allowColumnDefaults``, table features only) and ``timestamp_ntz``
+    (``timestampNtz``, reader and writer, table features only). Each is read from the columns'
+    metadata and types, nested fields included."""
+    reader: set[str] = set()
+    writer: set[str] = set()
+    legacy: int | None = 2
+    if props.GENERATION_EXPRESSION_KEY in schema_string or props.IDENTITY_START_KEY in schema_string or \
+            props.CURRENT_DEFAULT_KEY in schema_string or '"timestamp_ntz"' in schema_string:
+        # The cheap test above spares the parse for the common schema that uses none of them.
+        for field in _fields(orjson.loads(schema_string)):
+            meta = field.get("metadata") or {}
+            if props.GENERATION_EXPRESSION_KEY in meta:
+                writer.add("generatedColumns")
+                legacy = None if legacy is None else max(legacy, 4)
+            if props.IDENTITY_START_KEY in meta:
+                writer.add("identityColumns")
+                legacy = None if legacy is None else max(legacy, 6)
+            if props.CURRENT_DEFAULT_KEY in meta:
+                writer.add("allowColumnDefaults")
+                legacy = None
+        if '"timestamp_ntz"' in schema_string:
+            reader.add("timestampNtz")
+            writer.add("timestampNtz")
+            legacy = None
+    return SchemaFeatures(frozenset(reader), frozenset(writer), legacy)
+
+
+def _fields(node: Any) -> Iterator[dict[str, Any]]:
+    """Every field of a Delta JSON type, nested ones included."""
+    if isinstance(node, dict):
+        if node.get("type") == "struct" and isinstance(node.get("fields"), list):
+            for field in node["fields"]:
+                if isinstance(field, dict):
+                    yield field
+                    yield from _fields(field.get("type"))
+        elif node.get("type") == "array":
+            yield from _fields(node.get("elementType"))
+        elif node.get("type") == "map":
+            yield from _fields(node.get("keyType"))
+            yield from _fields(node.get("valueType"))
 
 
 def check_writable(protocol: Protocol, schema_string: str, where: str) -> None:
@@ -116,9 +165,7 @@ def check_writable(protocol: Protocol, schema_string: str, where: str) -> None:
             f"{where} needs writer version {protocol.min_writer_version}; txnlog writes up to {MAX_WRITER_VERSION}",
             version=protocol.min_writer_version,
         )
-    active = writer_features(protocol)
-    used = features_in_use(schema_string)
-    unsupported = {f for f in active if f not in WRITER_FEATURES and (f not in _WRITER_FEATURES_IF_UNUSED or f in used)}
+    unsupported = {f for f in writer_features(protocol) if f not in WRITER_FEATURES}
     if unsupported:
         names = tuple(sorted(unsupported))
         raise UnsupportedFeatureError(
@@ -170,10 +217,13 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
         reader.add("v2Checkpoint")
         writer.add("v2Checkpoint")
         needs_features = True
-    if '"timestamp_ntz"' in schema_string:
-        reader.add("timestampNtz")
-        writer.add("timestampNtz")
+    columns = schema_features(schema_string)
+    reader |= columns.reader
+    writer |= columns.writer
+    if columns.legacy_writer is None:
         needs_features = True
+    else:
+        legacy_writer = max(legacy_writer, columns.legacy_writer)
     for name, value in props.FEATURES.items(configuration):
         if value.strip().lower() not in ("supported", "enabled"):
             raise InvalidTablePropertyError(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from txnlog.errors import InvalidArgumentError, UnsupportedFeatureError
+from txnlog.errors import InvalidArgumentError
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import spark_schema_of
 from txnlog.write import ConformSpec, Fill, RowKind
@@ -41,14 +41,18 @@ def conformed(
     filled; then, when the table preserves row ids, ``row_id`` and ``row_commit_version`` as
     ``kind`` keeps them from ``previous`` (the rows' earlier id and commit version)."""
     types = types if types is not None else spark_types(spec)
+    if kind is RowKind.INSERT:
+        spec.check_supplied(values, "a MERGE insert")
     out: dict[str, Column] = {}
     for column in spec.columns:
-        if column.name in values:
+        recompute = column.fill is Fill.GENERATED and kind is RowKind.UPDATE  # as delta-spark's UPDATE does
+        if column.name in values and not recompute:
             out[column.name] = values[column.name].cast(types[column.name])
-        elif column.fill is Fill.NULL:
+        elif column.fill is Fill.DEFAULT:  # an expression without columns
+            assert column.expression is not None
+            out[column.name] = F.expr(column.expression).cast(types[column.name])
+        else:  # identity and generated: NULL, which the task's conform step numbers or computes
             out[column.name] = F.lit(None).cast(types[column.name])
-        else:  # pragma: no cover - a kind the core adds must be compiled here too
-            raise UnsupportedFeatureError(f"column {column.name!r} of table {spec.table_uri} is filled by {column.fill}, which Spark does not compute yet")
     if spec.row_ids is not None:
         if kind.keeps_row_id and previous is None:
             raise InvalidArgumentError(f"rows of kind {kind.value} keep their ids: their previous ids are needed")

@@ -28,7 +28,7 @@ from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError
 from txnlog.log import AddCDCFile, decode_action, encode_action
 from txnlog.read import CHANGE_TYPE, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, arrow_schema_of_struct, decode_error, encode_error, job_error, require_dataframe
-from txnlog.write import write_change_files
+from txnlog.write import Fill, IdentityAllocator, write_change_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -121,6 +121,9 @@ def write_files(
             raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
         ctx = dataclasses.replace(ctx, target_file_size=int(target_file_size))
     check_schema(df, ctx, extra=(ROW_ID, ROW_COMMIT_VERSION) if preserve_row_ids else ())
+    if data_change and any(c.identity is not None for c in ctx.conform_spec.columns):
+        # Identity values: a region of indexes reserved here, split among the tasks by partition index.
+        ctx = dataclasses.replace(ctx, identity=(ctx.identity or IdentityAllocator()).for_tasks())
     task = _WriteTask(ctx, data_change, require, list(df.columns), preserve_row_ids=preserve_row_ids)
     rows = _run_tasks(df, ctx, task, partition_by, f"the Spark job writing data files of table {ctx.table_uri}", "data")
     return _decoded(rows, "add", AddFile)
@@ -159,9 +162,12 @@ def _run_tasks(df: DataFrame, ctx: WriteContext, task: _WriteTask, partition_by:
     columns = list(partition_by) if partition_by is not None else list(ctx.partition_columns)
     by_name = {n: p for n, p in zip(names, positional)}
     by_lower = {n.lower(): p for n, p in zip(names, positional)}
+    supplied_by_table = {col.name.lower() for col in ctx.conform_spec.columns if col.fill is not Fill.NULL}
     keys = []
     for c in columns:
         key = by_name.get(c, by_lower.get(c.lower()))
+        if key is None and c.lower() in supplied_by_table:
+            continue  # a generated (or default) partition column: the task's conform step computes it
         if key is None:
             raise SchemaError(f"partition column '{c}' is not a column of the DataFrame", field=c)
         keys.append(key)

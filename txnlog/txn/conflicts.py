@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from txnlog import properties as props
 from txnlog.errors import (
     CommitConflictError,
     ConcurrentAppendError,
@@ -52,6 +53,7 @@ class TransactionFootprint:
     app_ids: set[str] = field(default_factory=set)
     domains: set[str] = field(default_factory=set)
     removed_keys: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
+    changes_metadata: bool = False
 
 
 @dataclass
@@ -134,6 +136,13 @@ class Winners:
             files_added=every_add.sort_by("version"),
         )
 
+    def identity_only(self, version: int) -> bool:
+        """Whether the winner at ``version`` changed metadata only to move identity high-water
+        marks (delta-spark's commitInfo tag)."""
+        info = self.infos.get(version)
+        tags = info.other.get("tags") if info is not None else None
+        return isinstance(tags, dict) and str(tags.get(props.IDENTITY_ONLY_TAG, "")).lower() == "true"
+
     def txn_ids(self) -> dict[int, str | None]:
         return {v: (info.txn_id if info else None) for v, info in self.infos.items()}
 
@@ -187,8 +196,11 @@ def check_conflicts(mine: TransactionFootprint, winners: Winners) -> None:
     if winners.changes_protocol:
         v = winners.changes_protocol[0]
         candidates.append((v, 1, ProtocolChangedError(f"{who(v)} changed the table protocol", **facts(v))))
-    if winners.changes_metadata:
-        v2 = winners.changes_metadata[0]
+    # A winner that only moved identity high-water marks fails only a transaction that changes
+    # metadata too (delta-spark's checkNoMetadataUpdates).
+    metadata_winners = [v for v in winners.changes_metadata if mine.changes_metadata or not winners.identity_only(v)]
+    if metadata_winners:
+        v2 = metadata_winners[0]
         candidates.append(
             (v2, 2, MetadataChangedError(f"{who(v2)} changed the table metadata (schema, partitioning or properties)", **facts(v2)))
         )

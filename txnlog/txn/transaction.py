@@ -42,6 +42,7 @@ from txnlog.log.filenames import commit_path
 from txnlog.log.replay import advance
 from txnlog.log.segment import list_log
 from txnlog.log.table_state import TableState
+from txnlog.schema import with_high_water_marks
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage.location import Located, TableLocation
 from txnlog.table_configuration import TableConfiguration
@@ -49,11 +50,13 @@ from txnlog.txn import row_tracking
 from txnlog.txn.committer import Committer
 from txnlog.txn.conflicts import Resolved, TransactionFootprint, Winners
 from txnlog.txn.hooks import HookFailure, HookRegistry, PostCommitContext
+from txnlog.txn.identity import advanced_marks
 from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.metadata import updated_metadata
 from txnlog.txn.rebase import Rebase, RebaseStep
 from txnlog.txn.retry import RetryPolicy
 from txnlog.txn.staging import FileActions, StagedFiles, tombstones
+from txnlog.write.conform import IdentityAllocator
 from txnlog.write.context import WriteContext
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows
 
@@ -156,6 +159,8 @@ class OptimisticTransaction(Located):
         self._file_actions_are_the_changes = False
         self._protocol: Protocol | None = None
         self._metadata: Metadata | None = None
+        self._identity = IdentityAllocator()  # identity values of every write of this transaction
+        self._identity_only = False  # the metaData committed only moves identity high-water marks
         self._configuration: TableConfiguration | None = None
         self._txns: dict[str, Txn] = {}
         self._domains: dict[str, DomainMetadata] = {}
@@ -294,7 +299,7 @@ class OptimisticTransaction(Located):
     def write_context(self, **overrides: Any) -> WriteContext:
         """How this transaction writes data files (the table's metadata as this transaction sees it)."""
         return WriteContext.for_configuration(
-            self.location.uri, self.table_configuration, storage_options=self.location.storage_options, **overrides
+            self.location.uri, self.table_configuration, storage_options=self.location.storage_options, identity=self._identity, **overrides
         )
 
     def write(
@@ -502,6 +507,16 @@ class OptimisticTransaction(Located):
         rebase.compaction(files.removes, files.adds)
         return rebase
 
+    def _advance_identity_marks(self, files: FileActions) -> None:
+        """Move the identity high-water marks past the values the added files hold, in the
+        metaData this commit writes (tagged as identity-only when nothing else changes it)."""
+        marks = advanced_marks(files, self.table_configuration, self.uri)
+        if not marks:
+            return
+        self._identity_only = self._metadata is None
+        base = self.metadata
+        self._metadata = dataclasses.replace(base, schema_string=with_high_water_marks(base.schema_string, marks))
+
     def _is_blind_append(self, removes: pa.Table) -> bool:
         return not removes.num_rows and not self._read_keys and not self.read_predicates and not self._read_whole_table
 
@@ -516,6 +531,7 @@ class OptimisticTransaction(Located):
             app_ids=self._read_app_ids | set(self._txns),
             domains=set(self._domains),
             removed_keys=file_keys(removes) if removes.num_rows else pa.array([], pa.string()),
+            changes_metadata=self._metadata is not None or self._protocol is not None,
         )
 
     # -- 5. prepare -------------------------------------------------------------------------
@@ -563,7 +579,10 @@ class OptimisticTransaction(Located):
             operation_metrics=metrics,
             in_commit_timestamp=ict,
             user_metadata=self.user_metadata,
-            other={props.REBASE_COMMIT_INFO_KEY: [step.as_json() for step in rebased]} if rebased else {},
+            other={
+                **({props.REBASE_COMMIT_INFO_KEY: [step.as_json() for step in rebased]} if rebased else {}),
+                **({"tags": {props.IDENTITY_ONLY_TAG: "true"}} if self._identity_only else {}),
+            },
         )
         head: list[Action] = [info]
         if self._protocol is not None:
@@ -629,8 +648,9 @@ class OptimisticTransaction(Located):
         metadata = self.metadata
         if self.snapshot is None and self._protocol is None:
             self._protocol = self.protocol
-        config = self.table_configuration
         files = self._staging().to_commit()
+        self._advance_identity_marks(files)
+        config = self.table_configuration
         removes = files.removes
         self._check_protocol_rules(config, removes, _adds_change_data(files))
         self._check_deletion_vectors(config, files)

@@ -5,7 +5,7 @@ This ``__all__`` is what engines may use; the modules behind it are the core's o
 """
 
 from txnlog.write.changes import CHANGE_DATA_DIR, write_change_files
-from txnlog.write.conform import ColumnSpec, ConformSpec, Fill, RowKind
+from txnlog.write.conform import ColumnSpec, ConformSpec, Fill, IdentityAllocator, RowKind
 from txnlog.write.context import WriteContext, WrittenFiles
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows, union_rows, write_deletion_vectors
 from txnlog.write.parquet import ArrowData, arrow_schema_of, as_reader, write_data_files
@@ -17,6 +17,7 @@ __all__ = [
     "ColumnSpec",
     "ConformSpec",
     "Fill",
+    "IdentityAllocator",
     "RowDeletes",
     "RowKind",
     "StatsCollector",

@@ -28,7 +28,7 @@ from txnlog.log.file_actions import table_from_log_dicts
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.storage import LogStore, normalize_uri, open_store
 from txnlog.table_configuration import TableConfiguration
-from txnlog.write.conform import ConformSpec
+from txnlog.write.conform import ConformSpec, IdentityAllocator
 from txnlog.write.constraints import check_constraints, constraint_predicates
 from txnlog.write.parquet import as_reader, check_write_schema, write_data_files
 
@@ -61,6 +61,9 @@ class WriteContext:
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     target_file_size: int | None = None
     compression: str = "snappy"
+    #: Where identity values come from: a transaction's (shared by all its writes), or a
+    #: Spark write's region; None: each :meth:`write` numbers from the high-water mark.
+    identity: IdentityAllocator | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot, *, storage_options: Mapping[str, Any] | None = None, **overrides: Any) -> WriteContext:
@@ -182,7 +185,7 @@ class WriteContext:
         neither, an updated row keeps its ``row_id`` and has a null ``row_commit_version``.
         """
         hidden = self._materialized_columns() if preserve_row_ids else None
-        reader = _conformed(as_reader(data, self.schema), self.conform_spec)
+        reader = _conformed(as_reader(data, self.schema), self.conform_spec, self.identity or IdentityAllocator(), data_change)
         constraints = self.constraints()
         if constraints:
             reader = _checked(reader, constraints)
@@ -207,14 +210,14 @@ class WriteContext:
         return {ROW_ID: columns.row_id, ROW_COMMIT_VERSION: columns.row_commit_version}
 
 
-def _conformed(reader: pa.RecordBatchReader, spec: ConformSpec) -> pa.RecordBatchReader:
-    """Each batch through the conform step (as inserted rows), as the writer streams."""
-    if not spec.missing(reader.schema.names):
+def _conformed(reader: pa.RecordBatchReader, spec: ConformSpec, identity: IdentityAllocator, data_change: bool) -> pa.RecordBatchReader:
+    """Each batch through the conform step, as the writer streams."""
+    if not spec.missing(reader.schema.names) and not (spec.supplies_values and data_change):
         return reader
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in reader:
-            yield spec.conform_batch(batch)
+            yield spec.conform_batch(batch, identity, data_change=data_change)
 
     return pa.RecordBatchReader.from_batches(spec.conformed_schema(reader.schema), batches())
 

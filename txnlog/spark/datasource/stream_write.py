@@ -27,7 +27,7 @@ from pyspark.sql.types import StructType
 
 from txnlog import CommitResult, Table
 from txnlog.dml import ArrowRemoval, stage_write
-from txnlog.errors import InvalidArgumentError, TxnLogError
+from txnlog.errors import InvalidArgumentError, TxnLogError, UnsupportedFeatureError
 from txnlog.spark.datasource.batch_write import SourceWrite, WrittenFiles, delete_written, plan_write, task_files, write_task
 from txnlog.spark.datasource.options import SourceOptions
 from txnlog.storage import open_store
@@ -98,6 +98,13 @@ class TableStreamWriter(DataSourceStreamArrowWriter):
         # Planned as an append (a new table's metadata, the checks of txnlog.spark.write);
         # complete mode's overwrite happens in each batch's commit.
         self.plan = plan_write(dataclasses.replace(options, app_id=None, app_version=None), schema, False)
+        context = self.plan.plan.context
+        if context is not None and any(c.identity is not None for c in context.conform_spec.columns):
+            # Each batch's commit moves the high-water mark the plan's tasks number from.
+            raise UnsupportedFeatureError(
+                f"the streaming sink cannot write to table {options.uri}, which has identity columns: each batch would need "
+                "a plan of its own; write each batch with txnlog.spark.write in foreachBatch"
+            )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamedFiles:
         written = write_task(self.plan, iterator)
