@@ -24,7 +24,7 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 import txnlog
-from txnlog.errors import StorageError, TxnLogError
+from txnlog.errors import FileAlreadyExistsError, StorageError, TxnLogError
 from txnlog.log import checkpoint_writer
 from txnlog.log.actions import DomainMetadata, Protocol, RemoveFile, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
@@ -498,6 +498,54 @@ def test_hint_ends_at_the_newest_checkpoint_when_two_writers_race(tmp_path: Path
     assert validate(txnlog.Table(path)).ok, "the validator finds no stale hint"
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["from-snapshot", "from-log"])
+def test_a_checkpoint_written_after_the_check_is_kept_not_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streamed: bool
+) -> None:
+    """Issue 28: writer A (the checkpointer) finds no checkpoint of version V and starts writing
+    one; writer B (a commit's checkpoint hook) writes V's checkpoint meanwhile. A must keep B's,
+    which readers may have opened, not replace it (before, A's put replaced it, in another row
+    order), and point the hint at it."""
+    path = str(tmp_path / "t")
+    _deltalake_table(path, partition_by=["part"])
+    write_checkpoint(txnlog.Table(path).snapshot(version=1))
+    DeltaTable(path).create_checkpoint()  # B: another writer's checkpoint of the latest version
+    snapshot = txnlog.Table(path).snapshot()
+    theirs = Path(path, classic_checkpoint_path(snapshot.version))
+    before = theirs.stat()
+    real_existing = checkpoint_writer.existing_checkpoint
+    checks: list[int] = []
+
+    def checked_before_b_wrote(store: Any, version: int) -> CheckpointResult | None:
+        checks.append(version)
+        return None if len(checks) == 1 else real_existing(store, version)  # A's first look saw nothing
+
+    monkeypatch.setattr(checkpoint_writer, "existing_checkpoint", checked_before_b_wrote)
+    result = checkpoint_writer.checkpoint_from_log(snapshot.store) if streamed else write_checkpoint(snapshot)
+    monkeypatch.undo()
+
+    after = theirs.stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
+    assert result.paths == (classic_checkpoint_path(snapshot.version),) and result.size_in_bytes == before.st_size
+    assert read_hint(snapshot.store).version == snapshot.version  # type: ignore[union-attr]
+    assert not [f for f in _log_files(path) if Path(f).name.startswith(".")]  # A's temp file is gone
+
+
+def test_an_unreadable_checkpoint_is_never_written_over(tmp_path: Path) -> None:
+    """A checkpoint file cut short by a foreign writer stays (readers rebuild the version
+    without it); checkpointing that version says which file is in the way."""
+    path = str(tmp_path / "t")
+    _deltalake_table(path, partition_by=["part"])
+    snapshot = txnlog.Table(path).snapshot()
+    torn = Path(path, classic_checkpoint_path(snapshot.version))
+    torn.write_bytes(b"PAR1 cut short")
+    with pytest.raises(FileAlreadyExistsError, match="never writes over a checkpoint") as info:
+        write_checkpoint(snapshot)
+    assert info.value.path == classic_checkpoint_path(snapshot.version)
+    assert torn.read_bytes() == b"PAR1 cut short"
+    assert txnlog.Table(path).snapshot().num_files == snapshot.num_files  # read around it
+
+
 @pytest.mark.parametrize("v2", [False, True], ids=["classic", "v2"])
 def test_a_failed_write_leaves_nothing(
     log_writer: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, v2: bool
@@ -576,6 +624,28 @@ def test_v2_checkpoint_with_sidecars(log_writer: Callable[..., Any], monkeypatch
     assert write_checkpoint(reread) == result
 
 
+@pytest.mark.parametrize("taken", ["sidecar", "top-level"])
+def test_v2_files_are_never_written_over(log_writer: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, taken: str) -> None:
+    """V2 checkpoint files have random names, but are written put-if-absent as well: a name
+    taken (here by forcing the same UUID) is never replaced, and the sidecars written for a
+    checkpoint that cannot be put in place are removed."""
+    import uuid
+
+    writer = log_writer()
+    writer.create(protocol=Protocol(3, 7, ("v2Checkpoint",), ("v2Checkpoint",)))
+    writer.commit(1, *(writer.add(f"f{i}.parquet", num_records=i) for i in range(5)))
+    fixed = uuid.UUID(int=28)
+    monkeypatch.setattr(checkpoint_writer.uuid, "uuid4", lambda: fixed)
+    path = f"{SIDECAR_DIR}/{fixed}.parquet" if taken == "sidecar" else f"{LOG_DIR}/{1:020d}.checkpoint.{fixed}.parquet"
+    Path(writer.uri, path).parent.mkdir(parents=True, exist_ok=True)
+    Path(writer.uri, path).write_bytes(b"someone else's")
+    with pytest.raises(FileAlreadyExistsError):
+        write_checkpoint(txnlog.Table(writer.uri).snapshot())
+    assert Path(writer.uri, path).read_bytes() == b"someone else's"
+    sidecars = Path(writer.uri, SIDECAR_DIR)
+    assert sorted(p.name for p in sidecars.iterdir()) == ([f"{fixed}.parquet"] if taken == "sidecar" else [])
+
+
 def test_v2_policy_without_the_feature_writes_a_classic_checkpoint(log_writer: Callable[..., Any]) -> None:
     writer = log_writer()
     writer.create(writer.add("a.parquet"), configuration={"delta.checkpointPolicy": "v2"})
@@ -584,7 +654,7 @@ def test_v2_policy_without_the_feature_writes_a_classic_checkpoint(log_writer: C
 
 
 def test_object_store_path(memory_table_uri: str, log_writer: Callable[..., Any]) -> None:
-    """memory:// goes through the generic publish (temporary object, then copy)."""
+    """memory:// goes through the generic publish (spooled, then one put-if-absent)."""
     writer = log_writer(memory_table_uri)
     writer.create(partition_columns=("part",))
     writer.commit(1, *(writer.add(f"f{i}.parquet", num_records=i, partition_values={"part": "x"}) for i in range(5)))

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import txnlog
@@ -60,9 +62,9 @@ class _CountingLoads:
         self.rows = 0
         load = checkpoint_reader.CheckpointStats.load
 
-        def counted(source: checkpoint_reader.CheckpointStats, rows: pa.Array) -> pa.ChunkedArray:
+        def counted(source: checkpoint_reader.CheckpointStats, rows: pa.Array, keys: pa.Array) -> pa.ChunkedArray:
             self.rows += len(rows)
-            return load(source, rows)
+            return load(source, rows, keys)
 
         monkeypatch.setattr(checkpoint_reader.CheckpointStats, "load", counted)
 
@@ -141,7 +143,6 @@ def test_stats_written_only_as_a_struct_are_read_back_as_json(tmp_path: Path) ->
 def test_fields_a_row_group_leaves_null_are_skipped_and_the_others_read(tmp_path: Path) -> None:
     """Row groups whose statistics say a field is null throughout are not decoded for it; the
     groups that hold it still give it (tags here, as delta-rs and Spark write null counts)."""
-    import pyarrow.parquet as pq
 
     from txnlog.log.actions import AddFile
 
@@ -165,3 +166,113 @@ def test_fields_a_row_group_leaves_null_are_skipped_and_the_others_read(tmp_path
     got = _by_path(txnlog.Table(uri).snapshot().files())
     assert got.equals(expected)
     assert sorted(t for t in got.column("tags").to_pylist() if t) == [[("origin", f"t{j}")] for j in range(3)]
+
+
+# --- a checkpoint replaced between opening a snapshot and reading its stats (issue 28) ---------
+
+
+def _checkpoint_path(uri: str) -> str:
+    log_dir = os.path.join(uri, LOG_DIR)
+    (name,) = [n for n in os.listdir(log_dir) if n.endswith(".checkpoint.parquet")]
+    return os.path.join(log_dir, name)
+
+
+def _reversed(group: pa.Table) -> pa.Table:
+    return group.take(pa.array(range(group.num_rows - 1, -1, -1)))
+
+
+def _rewrite(path: str, transform: Callable[[pa.Table], pa.Table], row_group_size: int | None = None) -> None:
+    """Replace ``path`` as another writer would: a new file renamed over it, each row group
+    transformed (same boundaries unless ``row_group_size`` is given)."""
+    pf = pq.ParquetFile(path)
+    groups = [transform(pf.read_row_group(g)) for g in range(pf.metadata.num_row_groups)]
+    tmp = path + ".replacement"
+    with pq.ParquetWriter(tmp, pf.schema_arrow) as writer:
+        for group in groups:
+            writer.write_table(group, row_group_size=row_group_size or max(1, group.num_rows))
+    os.replace(tmp, path)
+
+
+def _num_records(files: pa.Table) -> dict[str, int]:
+    return {p: orjson.loads(s)["numRecords"] for p, s in zip(files.column("path").to_pylist(), files.column("stats").to_pylist())}
+
+
+def _two_group_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, int]]:
+    """A partitioned table of 6 files of 1..6 rows whose checkpoint holds its adds in 2 row
+    groups, and each file's true numRecords (from its commits)."""
+    from txnlog.log import checkpoint_writer
+
+    uri = str(tmp_path / "t")
+    table = txnlog.Table.create(uri, SCHEMA, partition_by=["part"], properties={"delta.checkpointInterval": "1000"})
+    for i in range(6):
+        table.append(_rows(i * 10, i + 1, f"p{i % 3}"))
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoint_writer, "CHUNK_ROWS", 3)
+        table.snapshot().checkpoint()
+    pf = pq.ParquetFile(_checkpoint_path(uri))
+    adds = [pf.read_row_group(g, columns=["add.path"]).column("add") for g in range(pf.metadata.num_row_groups)]
+    assert sum(1 for a in adds if a.null_count < len(a)) == 2
+    truth = _num_records(txnlog.Table(_json_only(uri, tmp_path)).snapshot().files())
+    assert sorted(truth.values()) == [1, 2, 3, 4, 5, 6]
+    return uri, truth
+
+
+def test_stats_stay_with_their_files_when_the_checkpoint_is_replaced_in_another_row_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The experiment of issue 28: open a snapshot, replace its checkpoint with the same actions,
+    each row group's rows reversed, then list the files. Before the fix every file got another
+    file's numRecords, silently."""
+    uri, truth = _two_group_checkpoint(tmp_path, monkeypatch)
+    snap, pruned = txnlog.Table(uri).snapshot(), txnlog.Table(uri).snapshot()
+    assert snap.state.pending_stats is not None
+    _rewrite(_checkpoint_path(uri), _reversed)
+    assert _num_records(snap.files()) == truth
+    # Through a predicate: only the stats of the files partition values keep are read.
+    assert _num_records(pruned.files("part = 'p1'")) == {p: n for p, n in truth.items() if "part=p1" in p}
+
+
+def test_stats_stay_with_their_files_when_the_replacement_has_other_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, truth = _two_group_checkpoint(tmp_path, monkeypatch)
+    snap = txnlog.Table(uri).snapshot()
+    _rewrite(_checkpoint_path(uri), _reversed, row_group_size=2)
+    assert _num_records(snap.files()) == truth
+
+
+def test_stats_stay_with_their_files_when_delta_rs_replaces_the_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """delta-rs (1.6.6) writes its checkpoint over one of the same version that appeared after it
+    listed the log (its post-commit checkpoint at every 100th version racing txnlog's). Played
+    here in order: txnlog's checkpoint and hint are moved aside while delta-rs lists the log, and
+    delta-rs writes its own, in its own row order, where txnlog's was."""
+    from deltalake import DeltaTable
+
+    uri, truth = _two_group_checkpoint(tmp_path, monkeypatch)
+    path, hint = _checkpoint_path(uri), os.path.join(uri, LAST_CHECKPOINT)
+    snap = txnlog.Table(uri).snapshot()
+    ours = pq.read_table(path, columns=["add"]).column("add").to_pylist()
+    os.rename(path, path + ".aside")
+    os.rename(hint, hint + ".aside")
+    DeltaTable(uri).create_checkpoint()
+    theirs = pq.read_table(path, columns=["add"]).column("add").to_pylist()
+    assert sorted(r["path"] for r in ours if r) == sorted(r["path"] for r in theirs if r)
+    assert [r["path"] for r in ours if r] != [r["path"] for r in theirs if r]
+    assert _num_records(snap.files()) == truth
+
+
+def test_a_replacement_that_lacks_a_file_is_not_used_for_stats(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of other content in the checkpoint's place (one add row fewer): no stats are taken
+    from it by position or by key; it counts as an unreadable checkpoint, which the snapshot
+    reads around."""
+    uri, _truth = _two_group_checkpoint(tmp_path, monkeypatch)
+    state = txnlog.Table(uri).snapshot().state
+    pending = state.pending_stats
+    assert pending is not None
+    path = _checkpoint_path(uri)
+    rows = pq.read_table(path)
+    dropped = next(i for i, add in enumerate(rows.column("add").to_pylist()) if add)
+    pq.write_table(rows.take([i for i in range(rows.num_rows) if i != dropped]), path + ".x")
+    os.replace(path + ".x", path)
+    with pytest.raises(txnlog.errors.CorruptCheckpointError, match="no longer lists file"):
+        pending.source.load(pending.rows, state.file_keys().slice(0, len(pending.rows)))

@@ -26,6 +26,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from . import log_events
+
 _CONTEXT = multiprocessing.get_context("spawn")
 SCHEMA = pa.schema([("id", pa.int64()), ("writer", pa.string()), ("part", pa.string())])
 START_TIMEOUT_S = 180.0
@@ -44,10 +46,24 @@ class LoadConfig:
     vacuum: bool = True
     #: Seconds between two runs of each maintenance process.
     maintenance_every_s: float = 0.5
-    #: Versions the expirer keeps (older ones are expired at once, whatever their age).
+    #: Versions the expirer keeps (older ones are expired once older than ``expire_older_than``).
     retain_versions: int = 60
+    #: The expirer's time retention. 0 expires at once, whatever their age: safe with txnlog's
+    #: writers only, which refuse to commit over a version expired under them. Another engine's
+    #: writer can re-create an expired commit file in the moment between its last look at the
+    #: log and its write, and lose that commit (delta-rs 1.6.6 does, issue 28): with one on the
+    #: table, keep commits longer than its slowest commit.
+    expire_older_than: str | int = 0
     #: The vacuum's retention: longer than the slowest commit (data file written to commit).
     vacuum_retention: str = "1h"
+    #: Where the timeline of the log's files goes (see log_events.py); local tables only.
+    #: Default: ``<table>.events.jsonl`` next to a local table.
+    event_log: str | None = None
+
+    def event_log_path(self) -> str | None:
+        if self.event_log is not None:
+            return self.event_log
+        return None if "://" in self.uri else f"{self.uri.rstrip('/')}.events.jsonl"
 
 
 @dataclass
@@ -69,6 +85,10 @@ class LoadResult:
     #: The errors of failed or conflicting commits (not violations: reported, not acknowledged).
     failures: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    #: For each acknowledged id not in the final table: its story from the event log.
+    timelines: list[str] = field(default_factory=list)
+    #: What each process did when: {"t0", "t1", "what"} (writer calls, maintenance runs).
+    activity: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def commits_per_s(self) -> float:
@@ -122,15 +142,15 @@ def _txnlog_writer(config: LoadConfig, index: int, barrier: Any, out: Any) -> No
         barrier.wait(START_TIMEOUT_S)
         for k in range(config.commits):
             ident = (index + 1) * 1_000_000 + k
-            started = time.perf_counter()
+            started, wall = time.perf_counter(), time.time()
             try:
                 result = table.append(rows_for(ident, f"txnlog-{index}"))
                 elapsed = time.perf_counter() - started
-                records.append(("ok", ident, int(result), result.attempts, elapsed, *map(repr, result.hook_failures)))
+                records.append(("ok", ident, int(result), result.attempts, elapsed, wall, *map(repr, result.hook_failures)))
             except CommitConflictError as e:
-                records.append(("conflict", ident, None, e.attempts, time.perf_counter() - started, repr(e)))
+                records.append(("conflict", ident, None, e.attempts, time.perf_counter() - started, wall, repr(e)))
             except TxnLogError as e:
-                records.append(("failed", ident, None, getattr(e, "attempts", 0), time.perf_counter() - started, repr(e)))
+                records.append(("failed", ident, None, getattr(e, "attempts", 0), time.perf_counter() - started, wall, repr(e)))
         out.put(("txnlog", index, records, None))
     except BaseException:
         out.put(("txnlog", index, records, traceback.format_exc()))
@@ -144,13 +164,13 @@ def _deltalake_writer(config: LoadConfig, index: int, barrier: Any, out: Any) ->
         barrier.wait(START_TIMEOUT_S)
         for k in range(config.commits):
             ident = (100 + index) * 1_000_000 + k
-            started = time.perf_counter()
+            started, wall = time.perf_counter(), time.time()
             try:
                 write_deltalake(config.uri, rows_for(ident, f"deltalake-{index}"), mode="append",
                                 storage_options=config.storage_options or None)
-                records.append(("ok", ident, None, 1, time.perf_counter() - started))
+                records.append(("ok", ident, None, 1, time.perf_counter() - started, wall))
             except Exception as e:  # delta-rs gives up after its own retries: counted, not fatal
-                records.append(("failed", ident, None, 0, time.perf_counter() - started, repr(e)))
+                records.append(("failed", ident, None, 0, time.perf_counter() - started, wall, repr(e)))
         out.put(("deltalake", index, records, None))
     except BaseException:
         out.put(("deltalake", index, records, traceback.format_exc()))
@@ -203,28 +223,34 @@ def _maintainer(config: LoadConfig, kind: str, stop: Any, out: Any) -> None:
 
     runs = 0
     errors: list[str] = []
+    activity: list[dict[str, Any]] = []
     try:
         while not stop.wait(config.maintenance_every_s):
             table = txnlog.Table(config.uri, config.storage_options)
+            t0 = time.time()
             try:
                 if kind == "checkpoint":
-                    checkpoint(table)
+                    done = f"checkpoint {checkpoint(table).version}"
                 elif kind == "expire":
-                    expire(table, retain_min=config.retain_versions, older_than=0, limit=1000)
+                    expired = expire(table, retain_min=config.retain_versions, older_than=config.expire_older_than, limit=1000)
+                    done = f"expire {expired.earliest_before}->{expired.earliest_after} (checkpoint written: {expired.checkpoint_written})"
                 else:
                     # Below the 7-day default (hence force), but longer than any commit of a run:
                     # a retention shorter than a transaction deletes its data files before it
                     # commits them (the hazard RetentionCheckError guards against). A 120 s
                     # retention did exactly that in an S3 run on an overloaded machine.
-                    vacuum(table, retention=config.vacuum_retention, force=True)
+                    done = f"vacuum {len(vacuum(table, retention=config.vacuum_retention, force=True).files)} files"
                 runs += 1
             except txnlog.errors.CommitConflictError as e:
-                errors.append(f"{kind}: conflict {e!r}")  # vacuum's commits may lose a race: fine
+                done = f"{kind}: conflict {e!r}"
+                errors.append(done)  # vacuum's commits may lose a race: fine
             except txnlog.errors.TxnLogError as e:
-                errors.append(f"{kind}: {e!r}")
-        out.put((kind, 0, {"runs": runs, "errors": errors}, None))
+                done = f"{kind}: {e!r}"
+                errors.append(done)
+            activity.append({"t0": t0, "t1": time.time(), "what": done})
+        out.put((kind, 0, {"runs": runs, "errors": errors, "activity": activity}, None))
     except BaseException:
-        out.put((kind, 0, {"runs": runs, "errors": errors}, traceback.format_exc()))
+        out.put((kind, 0, {"runs": runs, "errors": errors, "activity": activity}, traceback.format_exc()))
 
 
 # --- running and judging ---------------------------------------------------------------------
@@ -250,6 +276,49 @@ def _final_ids(config: LoadConfig) -> tuple[list[int], list[int]]:
     return sorted(ours), sorted(theirs.column("id").to_pylist())
 
 
+def run_processes(
+    uri: str, event_log: str | None, writers: list[Any], others: list[Any], barrier: Any, stop: Any, out: Any
+) -> tuple[list[tuple[Any, ...]], float, list[str]]:
+    """Start ``others`` (readers, maintenance), the writers (which wait at ``barrier`` with
+    this process) and, with ``event_log``, the watcher of ``_delta_log``; wait for every writer's
+    report, stop the others and collect theirs. Returns the reports, the writers' seconds (from
+    the barrier) and the processes that had to be killed."""
+    watcher = None
+    if event_log is not None:
+        watcher = _CONTEXT.Process(target=log_events.watch, args=(os.path.join(uri, "_delta_log"), event_log, stop))
+        watcher.start()
+    for p in others + writers:
+        p.start()
+    reports: list[tuple[Any, ...]] = []
+    problems: list[str] = []
+    seconds = 0.0
+    try:
+        barrier.wait(START_TIMEOUT_S)
+        started = time.perf_counter()
+        deadline = time.monotonic() + 3600
+        while len(reports) < len(writers) and time.monotonic() < deadline:
+            try:
+                reports.append(out.get(timeout=5))
+            except queue.Empty:
+                if not any(p.is_alive() for p in writers):
+                    break
+        seconds = time.perf_counter() - started
+        stop.set()
+        while len(reports) < len(writers) + len(others):
+            try:
+                reports.append(out.get(timeout=120))
+            except queue.Empty:
+                break
+    finally:
+        stop.set()
+        for p in others + writers + ([watcher] if watcher is not None else []):
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+                problems.append(f"process {p.name} did not finish")
+    return reports, seconds, problems
+
+
 def run_load(config: LoadConfig) -> LoadResult:
     """Create the table, run the load, and judge it. Violations are listed, not raised."""
     import txnlog
@@ -270,33 +339,8 @@ def run_load(config: LoadConfig) -> LoadResult:
     ]
     writer_procs = [_CONTEXT.Process(target=_txnlog_writer, args=(config, i, barrier, out)) for i in range(config.txnlog_writers)]
     writer_procs += [_CONTEXT.Process(target=_deltalake_writer, args=(config, i, barrier, out)) for i in range(config.deltalake_writers)]
-    for p in others + writer_procs:
-        p.start()
-    reports: list[tuple[Any, ...]] = []
-    try:
-        barrier.wait(START_TIMEOUT_S)
-        started = time.perf_counter()
-        deadline = time.monotonic() + 3600
-        while len(reports) < writers and time.monotonic() < deadline:
-            try:
-                reports.append(out.get(timeout=5))
-            except queue.Empty:
-                if not any(p.is_alive() for p in writer_procs):
-                    break
-        result.seconds = time.perf_counter() - started
-        stop.set()
-        while len(reports) < writers + len(others):
-            try:
-                reports.append(out.get(timeout=120))
-            except queue.Empty:
-                break
-    finally:
-        stop.set()
-        for p in others + writer_procs:
-            p.join(60)
-            if p.is_alive():
-                p.kill()
-                result.violations.append(f"process {p.name} did not finish")
+    reports, result.seconds, problems = run_processes(config.uri, config.event_log_path(), writer_procs, others, barrier, stop, out)
+    result.violations += problems
 
     acknowledged: collections.Counter[int] = collections.Counter()
     attempted: set[int] = set()
@@ -305,8 +349,9 @@ def run_load(config: LoadConfig) -> LoadResult:
         if crash:
             result.violations.append(f"{kind} {index} crashed: {crash}")
         if kind in ("txnlog", "deltalake"):
-            for status, ident, version, attempts, seconds, *detail in payload:
+            for status, ident, version, attempts, seconds, wall, *detail in payload:
                 attempted.add(ident)
+                result.activity.append({"t0": wall, "t1": wall + seconds, "what": f"{kind} {index} {status} id {ident} version {version}"})
                 if status == "ok":
                     acknowledged[ident] += 1
                     result.hook_failures += detail
@@ -330,6 +375,7 @@ def run_load(config: LoadConfig) -> LoadResult:
         else:
             result.maintenance_runs[kind] = payload["runs"]
             result.maintenance_errors += payload["errors"]
+            result.activity += payload["activity"]
     # Reader checks needing the writers' versions ran above before every writer was read: redo.
     for kind, _index, payload, _crash in reports:
         if kind == "reader":
@@ -347,6 +393,10 @@ def run_load(config: LoadConfig) -> LoadResult:
     lost = [i for i in acknowledged if counts[i] != 2]
     if lost:
         result.violations.append(f"{len(lost)} acknowledged commits are not there exactly once: {lost[:5]}")
+        events = config.event_log_path()
+        if events is not None and os.path.exists(events):
+            timeline = log_events.read(events)
+            result.timelines += [log_events.explain(timeline, i, result.activity) for i in lost[:5]]
     stray = set(counts) - attempted
     if stray:
         result.violations.append(f"rows nobody wrote: {sorted(stray)[:5]}")

@@ -184,7 +184,7 @@ def test_sigkill_at_random_points_many_rounds(tmp_path: Path, pristine: dict[str
     """Rounds of random (operation, point) pairs; the seed is in the failure message."""
     seed = int(os.environ.get("TXNLOG_CRASH_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
-    rounds = int(os.environ.get("TXNLOG_CRASH_ROUNDS", "40"))
+    rounds = int(os.environ.get("TXNLOG_CRASH_ROUNDS", "10"))
     for i in range(rounds):
         operation = rng.choice(OPERATIONS)
         crash = rng.choice(_crash_points(pristine[operation][1]))

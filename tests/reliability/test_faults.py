@@ -234,3 +234,40 @@ def test_a_log_file_vanishing_under_a_read_is_read_again(table_root: Path, vanis
     snap = txnlog.Table(uri, store=store).snapshot()
     assert rule.fired == 1 and snap.version == 5
     assert ids_by_txnlog(uri) == BEFORE
+
+
+def test_a_commit_is_never_written_into_an_expired_version(tmp_path: Path) -> None:
+    """Issue 28: a transaction reads version R and writes its data; meanwhile 70 commits land and
+    log expiry (60 versions kept, whatever their age) deletes commits 0..20, R+1 among them.
+    The commit's first attempt at R+1 used to succeed (the file was gone), below the earliest
+    checkpoint where no reader looks: acknowledged and lost. Now it fails, with nothing
+    written, and the table keeps every acknowledged row."""
+    root = tmp_path / "t"
+    table = base_table(root)  # version 5
+    txn = table.transaction()
+    txn.write(rows([NEW_ID]))
+    other = txnlog.Table(str(root))
+    for i in range(10, 80):
+        other.append(rows([i]))
+    expired = expire(other, retain_min=60, older_than=0, limit=1000)
+    assert expired.earliest_after > 6 and not (root / commit_path(6)).exists()
+
+    with pytest.raises(CommitFailedError, match="removed by log expiry") as info:
+        txn.commit()
+    assert info.value.version == 6 and info.value.orphan_files
+    assert not (root / commit_path(6)).exists()
+    assert check_table(str(root), acknowledged=set(range(10, 80))) == [*BEFORE, *range(10, 80)]
+
+
+def test_a_commit_reading_from_a_checkpoint_whose_commit_expired_still_lands(tmp_path: Path) -> None:
+    """The check above looks for the version before the attempt as a commit or a checkpoint:
+    a snapshot read at a checkpointed version whose commit file was expired is no hazard."""
+    root = tmp_path / "t"
+    table = base_table(root)
+    for i in range(10, 20):
+        table.append(rows([i]))
+    expire(table, retain_min=1, older_than=0)  # keeps only the latest version, from its checkpoint
+    latest = table.latest_version()
+    (root / commit_path(latest)).unlink()  # as a checkpoint-only version: its commit is gone
+    assert table.append(rows([NEW_ID])) == latest + 1
+    assert check_table(str(root), acknowledged={NEW_ID}) == [*BEFORE, *range(10, 20), NEW_ID]

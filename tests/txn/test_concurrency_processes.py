@@ -344,7 +344,7 @@ def _reader_or_appender(job: Job, barrier: Any) -> Report:
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
-    "per_writer", [500, pytest.param(2000, marks=pytest.mark.soak, id="soak")], ids=lambda n: str(n)
+    "per_writer", [500, pytest.param(1000, marks=pytest.mark.soak, id="soak")], ids=lambda n: str(n)
 )
 def test_readers_see_whole_versions_while_writers_commit(tmp_path: Path, per_writer: int) -> None:
     root = tmp_path / "t"

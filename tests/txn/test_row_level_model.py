@@ -144,7 +144,7 @@ def test_processes_racing_commit_histories_equal_to_serial_execution(tmp_path: P
 @pytest.mark.timeout(3600)
 def test_processes_racing_long(tmp_path: Path) -> None:
     rebased = 0
-    for seed in range(10):
+    for seed in range(5):
         table, committed, n = race(tmp_path / f"t{seed}", workers=4, ops_each=25, seed=seed)
         rebased += n
         assert model.table_rows(table) == model.serial(committed), f"seed {seed}"
@@ -152,7 +152,7 @@ def test_processes_racing_long(tmp_path: Path) -> None:
 
 
 @pytest.mark.soak
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(schedule=schedules(max_txns=10))
 def test_every_interleaving_long(tmp_path_factory: pytest.TempPathFactory, schedule: Any) -> None:
     txns, events = schedule

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, StorageError
+from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.actions import Action, Sidecar
 from txnlog.log.file_actions import (
@@ -154,15 +155,28 @@ def _with_parsed_stats(pf: pq.ParquetFile, group: int, struct: pa.ChunkedArray, 
 class CheckpointStats:
     """The stats of a checkpoint's add rows, left in its Parquet files until asked for: a file
     list's stats (JSON text, hundreds of bytes a file) are most of its memory, and only
-    predicates need them."""
+    predicates need them.
+
+    The files are opened again by path when the stats are asked for, and by then another writer
+    may have put its own checkpoint of the same version there, with the rows in another order or
+    other row groups (delta-rs writes over a checkpoint that appeared after it listed the log;
+    readers cannot tell which engine wrote what). So stats are matched to their files by logical
+    file key (path and deletion vector) read from the same rows, never by position alone: any
+    complete checkpoint of the version lists each live file once, with the file's own stats. A
+    file the checkpoint no longer lists makes the checkpoint count as unreadable (the snapshot is
+    then rebuilt from the log). Within one read, every store serves one version of a file
+    (see docs/maintenance.md).
+    """
 
     store: LogStore
     #: (file, row group, add rows in it) for every row group, in the order the rows were read.
     groups: list[tuple[CheckpointFile, int, int]]
 
-    def load(self, rows: pa.Array) -> pa.ChunkedArray:
+    def load(self, rows: pa.Array, keys: pa.Array) -> pa.ChunkedArray:
         """The stats of the add rows at ``rows`` (ascending positions among all the add rows
-        read), one chunk per row group: nothing is copied for a group whose rows are all asked for."""
+        read), whose logical file keys (:func:`txnlog.file_facts.file_keys`) are ``keys``: one
+        chunk per row group while the files hold the rows where they were first read, and
+        nothing copied for a group whose rows are all asked for."""
         positions = rows.to_numpy(zero_copy_only=False)
         counts = np.array([n for _, _, n in self.groups], np.int64)
         ends = np.cumsum(counts)
@@ -171,30 +185,60 @@ class CheckpointStats:
         opened: dict[str, pq.ParquetFile] = {}
         for g in np.unique(group_of):
             part, group, count = self.groups[int(g)]
-            local = positions[group_of == g] - (ends[g] - counts[g])
+            first, last = np.searchsorted(group_of, [g, g + 1])  # positions are ascending
+            local = positions[first:last] - (ends[g] - counts[g])
             if part.path not in opened:
                 opened[part.path] = _open_parquet(self.store, part.path, part)
-            stats = self._group_stats(opened[part.path], part, group, count)
-            out.append(stats if len(local) == count else stats.take(pa.array(local)))
+            pf = opened[part.path]
+            if group >= pf.metadata.num_row_groups:
+                return self._load_by_key(keys)
+            found, stats = _group_keys_and_stats(pf, part, group)
+            if len(found) != count:
+                return self._load_by_key(keys)
+            if len(local) != count:
+                found, stats = found.take(pa.array(local)), stats.take(pa.array(local))
+            if not found.equals(keys.slice(int(first), int(last - first))):
+                return self._load_by_key(keys)  # rows moved: another writer's checkpoint is there
+            out.append(stats)
         return pa.chunked_array(out, pa.string())
 
-    @staticmethod
-    def _group_stats(pf: pq.ParquetFile, part: CheckpointFile, group: int, count: int) -> pa.Array:
-        has_json = bool(_present_children(pf, "add", ("stats",)))
-        has_parsed = bool(_present_children(pf, "add", ("stats_parsed",)))
-        if not has_json and not has_parsed:
-            return pa.nulls(count, pa.string())
-        try:
-            columns = ["add.stats"] if has_json else ["add.stats_parsed"]
-            struct = pf.read_row_group(group, columns=columns, use_threads=False).column("add")
-            if has_json and has_parsed:
-                struct = _with_parsed_stats(pf, group, struct, ["stats"])
-            stats = struct_to_table(struct, "add").column("stats")
-        except _READ_ERRORS as e:
-            raise _fail(part, f"cannot read the stats of its 'add' rows: {e}", e) from e
-        if len(stats) != count:
-            raise _fail(part, f"row group {group} holds {len(stats)} 'add' rows, not the {count} read before")
-        return stats.combine_chunks() if stats.num_chunks != 1 else stats.chunk(0)
+    def _load_by_key(self, keys: pa.Array) -> pa.ChunkedArray:
+        """The stats of the files ``keys`` name, looked up by key in every add row of the files
+        as they are now."""
+        parts = list({part.path: part for part, _, _ in self.groups}.values())
+        found: list[pa.Array] = []
+        stats: list[pa.Array] = []
+        for part in parts:
+            pf = _open_parquet(self.store, part.path, part)
+            for group in range(pf.metadata.num_row_groups):
+                group_keys, group_stats = _group_keys_and_stats(pf, part, group)
+                found.append(group_keys)
+                stats.append(group_stats)
+        all_keys = pa.concat_arrays(found) if found else pa.array([], pa.string())
+        where = pc.index_in(keys, value_set=all_keys)
+        if where.null_count:
+            missing = keys.filter(pc.is_null(where))[0].as_py().split("\x00")[0]
+            raise _fail(parts[0], f"it no longer lists file {missing}: another checkpoint was written in its place")
+        return pa.chunked_array([pa.concat_arrays(stats).take(where)], pa.string())
+
+
+def _group_keys_and_stats(pf: pq.ParquetFile, part: CheckpointFile, group: int) -> tuple[pa.Array, pa.Array]:
+    """The logical file keys and the stats (JSON text) of the add rows of one row group, in
+    the file's order, read together."""
+    wanted = _present_children(pf, "add", ("path", "deletionVector", "stats"))
+    if "path" not in wanted:
+        raise _fail(part, "its 'add' column has no 'path' field")
+    children = [c for c in wanted if c not in _null_in_group(pf, group, "add")]
+    has_parsed = bool(_present_children(pf, "add", ("stats_parsed",)))
+    try:
+        struct = pf.read_row_group(group, columns=[f"add.{c}" for c in children], use_threads=False).column("add")
+        if has_parsed:
+            struct = _with_parsed_stats(pf, group, struct, children)
+        table = struct_to_table(struct, "add")
+    except _READ_ERRORS as e:
+        raise _fail(part, f"cannot read the stats of its 'add' rows: {e}", e) from e
+    stats = table.column("stats")
+    return file_keys(table), stats.combine_chunks() if stats.num_chunks != 1 else stats.chunk(0)
 
 
 # A field every action of each kind has: reading it alone says which rows hold that action.

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txnlog import properties as props
-from txnlog.errors import CorruptCheckpointError, ObjectNotFoundError, TxnLogError
+from txnlog.errors import CorruptCheckpointError, FileAlreadyExistsError, ObjectNotFoundError, TxnLogError
 from txnlog.file_facts import file_keys, is_column_mapped, parse_partition_values, parse_stats, partition_fields, table_stats_type
 from txnlog.log import codec
 from txnlog.log.actions import CheckpointMetadata, Metadata, Protocol, Sidecar
@@ -102,8 +102,9 @@ def write_checkpoint(store: LogStore, state: TableState | None = None, *, now_ms
     """Checkpoint ``state``'s version in ``store``, then point ``_last_checkpoint`` at it (never
     backwards).
 
-    A complete checkpoint already there for that version (another writer's) is kept and
-    described instead. ``now_ms`` (default: the clock) dates the tombstone and app transaction
+    A checkpoint already there for that version (another writer's) is kept and described
+    instead: checkpoints are written put-if-absent and never replaced, since readers may be
+    reading the one there (see :func:`_write_unless_there`). ``now_ms`` (default: the clock) dates the tombstone and app transaction
     retention horizons. (``write_checkpoint(snapshot)``, the earlier form, still works.)
     """
     if state is None:  # the earlier write_checkpoint(snapshot): anything with .store and .state
@@ -113,7 +114,7 @@ def write_checkpoint(store: LogStore, state: TableState | None = None, *, now_ms
     now = int(time.time() * 1000) if now_ms is None else now_ms
     result = existing_checkpoint(store, version)
     if result is None:
-        result = _write(store, state, _Content.of(state, now))
+        result = _write_unless_there(store, state, lambda: _Content.of(state, now))
     advance_last_checkpoint(store, result)
     return result
 
@@ -152,10 +153,10 @@ def _checkpoint_listed_log(store: LogStore, version: int | None, now: int) -> Ch
         sources = checkpoint_sources(store, segment.checkpoint) if segment.checkpoint else None
         if sources is None:
             state = replay(store, segment)
-            result = _write(store, state, _Content.of(state, now))
+            result = _write_unless_there(store, state, lambda: _Content.of(state, now))
         else:
             state, content = _streamed(store, segment, sources, now)
-            result = _write(store, state, content)
+            result = _write_unless_there(store, state, lambda: content)
     advance_last_checkpoint(store, result)
     return result
 
@@ -202,6 +203,29 @@ def _streamed(store: LogStore, segment: LogSegment, sources: CheckpointSources, 
 
     content = _Content(_non_file_rows(delta, now), _AddEncoder(delta.protocol, delta.metadata), adds, removes)
     return delta, content
+
+
+def _write_unless_there(store: LogStore, state: TableState, content: Callable[[], _Content]) -> CheckpointResult:
+    """Write the checkpoint of ``state``, or describe the one of the same version another
+    writer put there first (txnlog's checkpoint hook and checkpointer race; so do other
+    engines). Nothing is ever written over a checkpoint: a reader may be reading it.
+
+    A file there that is not a readable checkpoint (a foreign writer's, cut short) stays too:
+    readers skip it and rebuild the version from the log; FileAlreadyExistsError names it.
+    """
+    try:
+        return _write(store, state, content())
+    except FileAlreadyExistsError as e:
+        there = existing_checkpoint(store, state.version)
+        if there is not None:
+            logger.info("checkpoint %s of %s was written by another writer first: kept", state.version, store.root_uri)
+            return there
+        raise FileAlreadyExistsError(
+            f"cannot checkpoint version {state.version} of {store.root_uri}: {e.path} is there but unreadable, and "
+            "txnlog never writes over a checkpoint (readers may be reading it); readers rebuild that version "
+            "without it. Remove it (validate names it) to checkpoint this version, or checkpoint a later one",
+            path=e.path,
+        ) from e
 
 
 def _write(store: LogStore, state: TableState, content: _Content) -> CheckpointResult:
@@ -427,7 +451,8 @@ def _write_classic(store: LogStore, version: int, content: _Content) -> Checkpoi
 def _write_parquet(
     store: LogStore, path: str, schema: pa.Schema, head: pa.Table | None, batches: Iterable[pa.RecordBatch]
 ) -> int:
-    """Stream ``head`` then ``batches`` into one Parquet file that appears at ``path`` whole."""
+    """Stream ``head`` then ``batches`` into one Parquet file that appears at ``path`` whole, if
+    nothing is there (FileAlreadyExistsError otherwise)."""
     rows = 0
     with store.open_atomic_output(path) as sink:
         writer = _parquet_writer(sink, schema)
@@ -454,8 +479,8 @@ def _write_v2(store: LogStore, version: int, content: _Content) -> CheckpointRes
         for chunk in _runs(content.file_batches(sidecar_schema), SIDECAR_MAX_ROWS):
             name = f"{uuid.uuid4()}.parquet"
             path = f"{SIDECAR_DIR}/{name}"
-            written.append(path)
             sidecar_rows += _write_parquet(store, path, sidecar_schema, None, chunk)
+            written.append(path)  # only once it is ours: a name found taken is someone else's file
             info = store.info(path)
             sidecars.append(Sidecar(path=name, size_in_bytes=info.size, modification_time=info.modification_time))
 
@@ -477,7 +502,7 @@ def _write_v2(store: LogStore, version: int, content: _Content) -> CheckpointRes
         buffer = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=top_schema), buffer, compression="snappy", store_schema=False)
         top_path = f"{LOG_DIR}/{version_prefix(version)}.checkpoint.{uuid.uuid4()}.parquet"
-        store.put(top_path, buffer.getvalue())
+        store.put_if_absent(top_path, buffer.getvalue())
     except BaseException:
         for path in written:  # unreferenced sidecars: remove them rather than leave them to cleanup
             try:
@@ -514,14 +539,14 @@ def _runs(batches: Iterable[pa.RecordBatch], max_rows: int) -> Iterator[Iterator
 
 def existing_checkpoint(store: LogStore, version: int) -> CheckpointResult | None:
     """The complete checkpoint already in ``store`` for ``version``, described, or None if there
-    is none or it is unreadable (then a warning is logged: the caller may write a new one)."""
+    is none or it is unreadable (then a warning is logged)."""
     files = list_log(store, version).complete_checkpoint(version)
     if not files:
         return None
     try:
         return _describe(store, version, files)
     except CorruptCheckpointError as e:
-        logger.warning("existing checkpoint %s is unreadable, writing a new one: %s", files[0].path, e)
+        logger.warning("existing checkpoint %s is unreadable: %s", files[0].path, e)
         return None
 
 

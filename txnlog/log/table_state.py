@@ -57,7 +57,8 @@ class TableState:
         if pending is None:
             return self.file_list
         if not self._with_stats:
-            self._with_stats.append(self._fill_stats(self.file_list, pending.source.load(pending.rows)))
+            keys = self.file_keys().slice(0, len(pending.rows))
+            self._with_stats.append(self._fill_stats(self.file_list, pending.source.load(pending.rows, keys)))
         return self._with_stats[0]
 
     def files_without_stats(self) -> pa.Table:
@@ -75,7 +76,8 @@ class TableState:
         from_checkpoint = positions.filter(pc.less(positions, len(pending.rows)))
         if not len(from_checkpoint):
             return rows
-        return self._fill_stats(rows, pending.source.load(pending.rows.take(from_checkpoint)))
+        keys = self.file_keys().take(from_checkpoint)
+        return self._fill_stats(rows, pending.source.load(pending.rows.take(from_checkpoint), keys))
 
     @staticmethod
     def _fill_stats(files: pa.Table, first: pa.ChunkedArray) -> pa.Table:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from txnlog.errors import TableNotFoundError, VersionGapError
-from txnlog.maintenance.core import LOG_DIR, SIDECAR_DIR, CheckpointFile, LogListing
+from txnlog.maintenance.core import LOG_DIR, SIDECAR_DIR, CheckpointFile, LogListing, commit_file
 from txnlog.storage import FileInfo, LogStore
 
 _CRC = re.compile(r"^(\d{20})\.crc$")
@@ -44,6 +44,12 @@ class LogLayout:
             elif m := _COMPACTED.match(f.name):
                 extras.setdefault(int(m.group(2)), []).append(f.path)
         lowest = min([*listing.commits, *listing.checkpoints], default=latest)
+        # A commit published while the directory was read can be missing from the listing
+        # although later ones are in it: look each gap of the run ending at ``latest`` up
+        # before it counts (as readers do), down to the first version really absent.
+        v = latest
+        while v >= lowest and (v in listing.commits or listing.complete_checkpoint(v) or commit_file(store, listing, v)):
+            v -= 1
         reconstructable: set[int] = set()
         for v in range(lowest, latest + 1):
             if listing.complete_checkpoint(v) or (v in listing.commits and (v == 0 or v - 1 in reconstructable)):

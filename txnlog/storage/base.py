@@ -1,7 +1,8 @@
 """The LogStore contract: the only layer that touches bytes on a filesystem.
 
 Paths passed to a store are relative to the table root and use ``/``. A store lists, reads,
-writes put-if-absent, overwrites (for hints and checkpoints) and deletes.
+writes put-if-absent (commits, checkpoints), overwrites (hints such as ``_last_checkpoint``, side
+files, data files) and deletes.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import itertools
-import uuid
+import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,6 +20,9 @@ from typing import BinaryIO
 import pyarrow.fs as pafs
 
 from txnlog.errors import ObjectNotFoundError, PutIfAbsentUnsupportedError, StorageError, TxnLogError
+
+#: What :meth:`LogStore.open_atomic_output` keeps in memory before it spools to a temporary file.
+SPOOL_BYTES = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,34 +127,22 @@ class LogStore(abc.ABC):
 
     @contextlib.contextmanager
     def open_atomic_output(self, path: str) -> Iterator[BinaryIO]:
-        """A stream for a large object (a checkpoint) that appears at ``path`` whole, when the block
-        exits without error, replacing any object there; an error leaves ``path`` untouched.
+        """A stream for a large object (a checkpoint) that appears at ``path`` whole, when the
+        block exits without error, and only if nothing is there: it never replaces an object
+        (FileAlreadyExistsError, and nothing changes), since readers may be reading that one.
+        An error leaves ``path`` untouched.
 
-        Here: a hidden temporary object next to ``path``, then a copy onto ``path`` (a
-        server-side copy, atomic on object stores) and the temporary object deleted.
+        Here: spooled locally (in memory up to :data:`SPOOL_BYTES`, then in a temporary file),
+        then one :meth:`put_if_absent`, the same conditional write as a commit's.
         """
-        directory, _, name = path.rpartition("/")
-        tmp = f"{directory}/.{name}.{uuid.uuid4().hex}.tmp" if directory else f".{name}.{uuid.uuid4().hex}.tmp"
-        fs, _ = self.arrow_filesystem()
-        try:
-            out = fs.open_output_stream(self.arrow_path(tmp))
-        except Exception as e:  # backends raise their SDK's errors too
-            raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
-        try:
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
             try:
-                yield out
-            except OSError as e:  # a full disk, a dropped connection, while the caller wrote
+                yield spool  # type: ignore[misc]
+                spool.seek(0)
+                data = spool.read()
+            except OSError as e:  # a full disk while the caller wrote
                 raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
-            try:
-                out.close()  # uploads happen here on object stores
-                fs.copy_file(self.arrow_path(tmp), self.arrow_path(path))
-            except Exception as e:
-                raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
-        finally:
-            with contextlib.suppress(Exception):
-                out.close()
-            with contextlib.suppress(StorageError):
-                self.delete(tmp)
+        self.put_if_absent(path, data)
 
     # -- bulk I/O through Arrow -------------------------------------------------------------
 

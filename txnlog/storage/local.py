@@ -143,7 +143,8 @@ class LocalLogStore(LogStore):
 
     @contextlib.contextmanager
     def open_atomic_output(self, path: str) -> Iterator[BinaryIO]:
-        """A hidden temporary file next to ``path``, renamed onto it once complete."""
+        """A hidden temporary file next to ``path``, hard-linked onto it once complete (as a
+        commit is): FileAlreadyExistsError if something is there, which stays as it was."""
         final = self._abs(path)
         tmp = os.path.join(os.path.dirname(final), f".{os.path.basename(final)}.{uuid.uuid4().hex}.tmp")
         try:
@@ -164,7 +165,9 @@ class LocalLogStore(LogStore):
                 except OSError as e:
                     raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
             try:
-                os.replace(tmp, final)
+                os.link(tmp, final)
+            except FileExistsError:
+                raise FileAlreadyExistsError(f"{self.uri_of(path)} already exists", path=path) from None
             except OSError as e:
                 raise StorageError(f"cannot write {self.uri_of(path)}: {e}", path=path) from e
         finally:

@@ -97,8 +97,11 @@ class Committer:
         while True:
             data = self.prepare(version, self.winners)
             try:
+                self._check_not_expired(version)
                 self.store.put_if_absent(commit_path(version), data)
                 return Published(version, self.winners, self.clock.attempts)
+            except CommitFailedError:
+                raise
             except FileAlreadyExistsError:
                 if self.read_version < 0:
                     raise TableAlreadyExistsError(
@@ -151,6 +154,31 @@ class Committer:
                 if mine is not None:
                     return Published(mine, self.winners, self.clock.attempts)
                 version = self.winners[-1].version + 1
+
+    def _check_not_expired(self, version: int) -> None:
+        """Refuse an attempt at ``version`` when the version before it is no longer in the log.
+
+        The attempt builds on ``version - 1`` (the read version, or the last winner read). If
+        log expiry removed it meanwhile (a retention shorter than this transaction), it may
+        have removed ``version`` too: a put-if-absent would then re-create that commit file
+        below the earliest checkpoint, where no reader looks, and the commit would be
+        acknowledged and lost (issue 28). Nothing can be checked against the expired commits,
+        so the commit fails instead, with nothing written.
+        """
+        previous = version - 1
+        if previous < 0 or self.store.exists(commit_path(previous)):
+            return
+        if list_log(self.store, previous).complete_checkpoint(previous):
+            return  # the read version comes from a checkpoint whose commit was expired
+        raise CommitFailedError(
+            f"commit to {self.store.root_uri} refused: version {previous}, which this transaction read or last "
+            f"checked, was removed by log expiry while it ran, so version {version} may have been expired too "
+            "and writing it could re-create a commit no reader sees. Nothing was committed; run the transaction "
+            "again, and keep log expiry's retention (older_than) longer than the longest transaction",
+            attempts=self.clock.attempts,
+            version=version,
+            orphan_files=self.orphan_files(),
+        )
 
     def _landed_despite(self, version: int, error: StorageError) -> bool:
         """Whether ``version`` holds this commit although the store reported ``error`` (a store
