@@ -434,6 +434,7 @@ PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 INVARIANTS_KEY = "delta.invariants"
 GENERATION_EXPRESSION_KEY = "delta.generationExpression"
 IDENTITY_START_KEY = "delta.identity.start"
+TYPE_CHANGES_KEY = "delta.typeChanges"
 RESERVED_DOMAIN_PREFIX = "delta."
 #: The namespaces of table property keys: an option or setting in one of them is a table property.
 PROPERTY_PREFIXES = ("delta.", "txnlog.")

@@ -199,6 +199,10 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
         reader.add("v2Checkpoint")
         writer.add("v2Checkpoint")
         needs_features = True
+    if props.ENABLE_TYPE_WIDENING.get(configuration) or props.TYPE_CHANGES_KEY in schema_string:
+        reader.add("typeWidening")
+        writer.add("typeWidening")
+        needs_features = True
     for type_name, feature in _TYPE_FEATURES.items():
         if type_name in used_types:
             reader.add(feature)

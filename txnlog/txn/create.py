@@ -57,5 +57,6 @@ def create_table(
         configuration=dict(properties or {}),
         name=name,
         description=description,
+        replace_table=True,
     )
     return int(txn.commit())
