@@ -220,16 +220,18 @@ class Table:
         *,
         app_id: str | None = None,
         app_version: int | None = None,
+        schema_mode: str | None = None,
     ) -> CommitResult | None:
         """Write ``data`` as new Parquet files and commit them as a blind append; None when
         nothing was committed (no rows).
 
         With ``app_id`` and ``app_version`` the append is idempotent: it is skipped (returning
         None) when that app has already committed ``app_version`` or later.
+        ``schema_mode="merge"``: evolve the schema as :meth:`write` does.
         """
         if app_id is not None and app_version is None:
             raise InvalidArgumentError("app_version is required with app_id")
-        return self._write_arrow(data, WriteOptions("append", app_id=app_id, app_version=app_version), self.snapshot())
+        return self._write_arrow(data, WriteOptions("append", app_id=app_id, app_version=app_version, schema_mode=schema_mode), self.snapshot())
 
     def write(
         self,
@@ -243,6 +245,7 @@ class Table:
         app_version: int | None = None,
         merge_schema: bool = False,
         partition_overwrite_mode: str = "static",
+        schema_mode: str | None = None,
     ) -> CommitResult | None:
         """Write ``data`` in one commit, in any mode of the core write planner
         (:func:`txnlog.dml.plan_write`, which ``txnlog.spark.write`` and the Spark data source
@@ -253,10 +256,13 @@ class Table:
         table; "ignore" leaves one alone. A table that does not exist yet is created with the
         data's schema, ``partition_by`` and ``properties``. ``partition_overwrite_mode="dynamic"``:
         an overwrite replaces only the partitions the data has rows in. ``app_id``/``app_version``
-        make the write idempotent; ``merge_schema`` adds the data's new columns to the table.
+        make the write idempotent. ``schema_mode="merge"`` (``merge_schema=True``) adds the data's
+        new columns (nested too) and, on a table with ``delta.enableTypeWidening``, widens
+        columns to the data's wider types; ``schema_mode="overwrite"`` with ``mode="overwrite"``
+        replaces the schema, and with ``partition_by`` the partitioning (see docs/schema.md).
         """
         options = WriteOptions(mode, tuple(partition_by) if partition_by is not None else None, replace_where, dict(properties or {}),
-                               app_id, app_version, merge_schema, partition_overwrite_mode=partition_overwrite_mode)
+                               app_id, app_version, merge_schema, partition_overwrite_mode=partition_overwrite_mode, schema_mode=schema_mode)
         return self._write_arrow(data, options, self._snapshot_if_any())
 
     def _snapshot_if_any(self) -> Snapshot | None:

@@ -254,12 +254,12 @@ def plan_change(base: Metadata | None, new: Metadata, *, automatic_widening_only
     new_columns = _columns(new_schema, mapped)
     if mapped:
         _check_column_mapping(base, old_columns, new_columns, new)
-    for key, old in old_columns.items():
+    for key, dropped in old_columns.items():
         if key not in new_columns and not mapped:
             change.needs_no_rows.append(SchemaChangeError(
-                f"column {old.name}: dropping or renaming a column needs column mapping "
+                f"column {dropped.name}: dropping or renaming a column needs column mapping "
                 f"({props.COLUMN_MAPPING_MODE.key}=name), else its old values come back under the name",
-                field=old.name, rule="column mapping"))
+                field=dropped.name, rule="column mapping"))
     type_changes: dict[Any, list[dict[str, str]]] = {}
     for key, column in new_columns.items():
         old = old_columns.get(key)
@@ -336,9 +336,10 @@ def _with_type_changes(metadata: Metadata, changes: Mapping[Any, list[dict[str, 
         for f in t.get("fields") or ():
             column = _Column((*path, str(f["name"])), f)
             entries = changes.get(_key(column, mapped))
-            if entries:
+            recorded = list(column.metadata.get(TYPE_CHANGES_KEY) or [])
+            if entries and recorded[-len(entries):] != entries:  # a planned schema may hold them already
                 meta = dict(column.metadata)
-                meta[TYPE_CHANGES_KEY] = [*(meta.get(TYPE_CHANGES_KEY) or []), *entries]
+                meta[TYPE_CHANGES_KEY] = [*recorded, *entries]
                 f = {**f, "metadata": meta}
             fields.append({**f, "type": visit(f.get("type"), column.path)})
         return {**t, "fields": fields}
