@@ -32,6 +32,7 @@ from txnlog.optimize import optimize as run_optimize
 from txnlog.read import change_batches, change_schema
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage import LogStore, TableLocation, normalize_uri, open_store
+from txnlog.txn.alter import TableAlterer
 from txnlog.txn.create import create_table
 from txnlog.txn.hooks import HookRegistry, default_hooks
 from txnlog.txn.isolation import IsolationLevel
@@ -205,6 +206,14 @@ class Table:
         return OptimisticTransaction(
             self.location, self.snapshot(), operation=operation, isolation=isolation, operation_parameters=operation_parameters, **options
         )
+
+    @property
+    def alter(self) -> TableAlterer:
+        """ALTER TABLE (deltalake's names): ``add_columns``, ``drop_columns``,
+        ``rename_column``, ``set_column_type``, ``set_not_null``, ``drop_not_null``,
+        ``set_column_comment``, ``set_table_properties``, ``unset_table_properties``,
+        ``add_constraint``, ``drop_constraint``; each one commit (see docs/schema.md)."""
+        return TableAlterer(lambda operation, params: self.transaction(operation, operation_parameters=params))
 
     def create_transaction(
         self, operation: str = "CREATE TABLE", *, operation_parameters: Mapping[str, Any] | None = None, **options: Any

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from txnlog import properties as props
-from txnlog.errors import SchemaChangeError
+from txnlog.errors import SchemaChangeError, TxnLogError
+from txnlog.expressions import FilePredicate
 from txnlog.log.actions import Metadata
 
 TYPE_CHANGES_KEY = props.TYPE_CHANGES_KEY
@@ -138,47 +139,66 @@ def highest_column_id(schema_string: str) -> int:
     return max(ids, default=0)
 
 
+def _map_struct_fields(t: Any, visit: Callable[[dict[str, Any], tuple[str, ...]], dict[str, Any]],
+                       path: tuple[str, ...] = ()) -> Any:
+    """Type ``t`` with every struct field replaced by ``visit(field, its logical path)``,
+    outer fields first (paths as :func:`_struct_fields` gives them)."""
+    if not isinstance(t, dict):
+        return t
+    kind = t.get("type")
+    if kind == "array":
+        return {**t, "elementType": _map_struct_fields(t["elementType"], visit, (*path, "element"))}
+    if kind == "map":
+        return {**t, "keyType": _map_struct_fields(t["keyType"], visit, (*path, "key")),
+                "valueType": _map_struct_fields(t["valueType"], visit, (*path, "value"))}
+    if kind != "struct":
+        return t
+    fields = []
+    for f in t.get("fields") or ():
+        here = (*path, str(f["name"]))
+        f = visit(f, here)
+        fields.append({**f, "type": _map_struct_fields(f.get("type"), visit, here)})
+    return {**t, "fields": fields}
+
+
+def mapped_schema_of(base: Metadata) -> str:
+    """The table's schema with column mapping: as it is, or, for a table turning it on now,
+    each column given an id (in schema order) and its name as physical name, which is what its
+    data files call it."""
+    if props.COLUMN_MAPPING_MODE.get(base.configuration) != "none":
+        return base.schema_string
+    next_id = max(props.COLUMN_MAPPING_MAX_ID.get(base.configuration), highest_column_id(base.schema_string))
+
+    def visit(f: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+        nonlocal next_id
+        meta = dict(f.get("metadata") or {})
+        if props.COLUMN_MAPPING_ID_KEY not in meta:
+            next_id += 1
+            meta[props.COLUMN_MAPPING_ID_KEY] = next_id
+            meta[props.PHYSICAL_NAME_KEY] = path[-1]
+        return {**f, "metadata": meta}
+
+    return orjson.dumps(_map_struct_fields(orjson.loads(base.schema_string), visit)).decode()
+
+
 def inherit_column_mapping(base: Metadata | None, schema_string: str, configuration: Mapping[str, str]) -> str:
-    """``schema_string`` whose fields lacking a column mapping id take the table's for the
-    column of the same name path: under column mapping its id and physical name; on a table
-    enabling column mapping now, the column's name as its physical name (what its data files
-    call it). New columns are left for :func:`txnlog.schema.assign_column_mapping`."""
+    """``schema_string`` whose fields lacking a column mapping id take the id and physical name
+    of the table's column of the same name path (:func:`mapped_schema_of`), so that a schema
+    built anew keeps the data of its unchanged columns. New columns are left for
+    :func:`txnlog.schema.assign_column_mapping`."""
     if base is None or props.COLUMN_MAPPING_MODE.get(configuration) == "none":
         return schema_string
-    base_mapped = props.COLUMN_MAPPING_MODE.get(base.configuration) != "none"
-    by_path = {tuple(p.lower() for p in c.path): c for c in _struct_fields(orjson.loads(base.schema_string), ())}
-    next_id = props.COLUMN_MAPPING_MAX_ID.get(base.configuration)
-    if not base_mapped:  # ids for the existing columns come first, in schema order
-        next_id = max(next_id, 0)
+    by_path = {tuple(p.lower() for p in c.path): c for c in _struct_fields(orjson.loads(mapped_schema_of(base)), ())}
 
-    def visit(t: Any, path: tuple[str, ...]) -> Any:
-        nonlocal next_id
-        if not isinstance(t, dict):
-            return t
-        kind = t.get("type")
-        if kind == "array":
-            return {**t, "elementType": visit(t["elementType"], (*path, "element"))}
-        if kind == "map":
-            return {**t, "keyType": visit(t["keyType"], (*path, "key")), "valueType": visit(t["valueType"], (*path, "value"))}
-        if kind != "struct":
-            return t
-        fields = []
-        for f in t.get("fields") or ():
-            here = (*path, str(f["name"]))
-            meta = dict(f.get("metadata") or {})
-            old = by_path.get(tuple(p.lower() for p in here))
-            if props.COLUMN_MAPPING_ID_KEY not in meta and old is not None:
-                if base_mapped and props.COLUMN_MAPPING_ID_KEY in old.metadata:
-                    meta[props.COLUMN_MAPPING_ID_KEY] = old.metadata[props.COLUMN_MAPPING_ID_KEY]
-                    meta[props.PHYSICAL_NAME_KEY] = old.metadata.get(props.PHYSICAL_NAME_KEY, old.path[-1])
-                elif not base_mapped:
-                    next_id += 1
-                    meta[props.COLUMN_MAPPING_ID_KEY] = next_id
-                    meta[props.PHYSICAL_NAME_KEY] = old.path[-1]
-            fields.append({**f, "metadata": meta, "type": visit(f.get("type"), here)})
-        return {**t, "fields": fields}
+    def visit(f: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+        meta = dict(f.get("metadata") or {})
+        old = by_path.get(tuple(p.lower() for p in path))
+        if props.COLUMN_MAPPING_ID_KEY not in meta and old is not None:
+            meta[props.COLUMN_MAPPING_ID_KEY] = old.metadata[props.COLUMN_MAPPING_ID_KEY]
+            meta[props.PHYSICAL_NAME_KEY] = old.metadata.get(props.PHYSICAL_NAME_KEY, path[-1])
+        return {**f, "metadata": meta}
 
-    return orjson.dumps(visit(orjson.loads(schema_string), ())).decode()
+    return orjson.dumps(_map_struct_fields(orjson.loads(schema_string), visit)).decode()
 
 
 def _type_changes(old: Any, new: Any, where: str, suffix: tuple[str, ...], change: SchemaChange, automatic_only: bool) -> list[dict[str, str]]:
@@ -249,8 +269,8 @@ def plan_change(base: Metadata | None, new: Metadata, *, automatic_widening_only
     mapped = new_mode != "none"
     old_schema, new_schema = orjson.loads(base.schema_string), orjson.loads(new.schema_string)
     old_columns = _columns(old_schema, mapped and old_mode != "none")
-    if mapped and old_mode == "none":  # enabling it: the inherited ids name the old columns
-        old_columns = {_key(c, True): c for c in _struct_fields(orjson.loads(inherit_column_mapping(base, base.schema_string, new.configuration)), ())}
+    if mapped and old_mode == "none":  # turning it on: the ids it gives the old columns
+        old_columns = _columns(orjson.loads(mapped_schema_of(base)), True)
     new_columns = _columns(new_schema, mapped)
     if mapped:
         _check_column_mapping(base, old_columns, new_columns, new)
@@ -279,7 +299,7 @@ def plan_change(base: Metadata | None, new: Metadata, *, automatic_widening_only
                 change.needs_no_rows.append(SchemaChangeError(
                     f"column {column.name}: a nested field cannot become NOT NULL over existing rows",
                     field=column.name, rule="NOT NULL"))
-    if [c.lower() for c in base.partition_columns] != [c.lower() for c in new.partition_columns]:
+    if _partition_keys(base, old_columns, mapped) != _partition_keys(new, new_columns, mapped):
         change.needs_no_rows.append(SchemaChangeError(
             f"the partition columns cannot change from {list(base.partition_columns)} to {list(new.partition_columns)} "
             "on a table with rows: existing files hold the old layout", field=",".join(new.partition_columns) or None,
@@ -288,10 +308,21 @@ def plan_change(base: Metadata | None, new: Metadata, *, automatic_widening_only
     for name, sql in props.CONSTRAINTS.items(new.configuration):
         if old_constraints.get(name) != sql:
             change.row_checks.append(RowCheck(name, "CHECK constraint", sql))
+        try:
+            FilePredicate(sql, new.schema, new.partition_columns)
+        except TxnLogError as e:
+            raise SchemaChangeError(f"CHECK constraint {name} ({sql}) does not apply to the new schema: {e}",
+                                    field=name, rule="CHECK constraint") from None
     if type_changes:
         change.widened = True
         change.metadata = _with_type_changes(new, type_changes, mapped)
     return change
+
+
+def _partition_keys(metadata: Metadata, columns: Mapping[Any, _Column], mapped: bool) -> list[Any]:
+    """The partition columns as column identities (a rename under column mapping keeps them)."""
+    by_name = {c.path[0].lower(): key for key, c in columns.items() if len(c.path) == 1}
+    return [by_name.get(c.lower(), c.lower()) for c in metadata.partition_columns]
 
 
 def _check_column_mapping(base: Metadata, old: dict[Any, _Column], new: dict[Any, _Column], metadata: Metadata) -> None:
@@ -322,31 +353,17 @@ def _with_type_changes(metadata: Metadata, changes: Mapping[Any, list[dict[str, 
     """``metadata`` with each widened field's ``delta.typeChanges`` extended and type
     widening enabled."""
 
-    def visit(t: Any, path: tuple[str, ...]) -> Any:
-        if not isinstance(t, dict):
-            return t
-        kind = t.get("type")
-        if kind == "array":
-            return {**t, "elementType": visit(t["elementType"], (*path, "element"))}
-        if kind == "map":
-            return {**t, "keyType": visit(t["keyType"], (*path, "key")), "valueType": visit(t["valueType"], (*path, "value"))}
-        if kind != "struct":
-            return t
-        fields = []
-        for f in t.get("fields") or ():
-            column = _Column((*path, str(f["name"])), f)
-            entries = changes.get(_key(column, mapped))
-            recorded = list(column.metadata.get(TYPE_CHANGES_KEY) or [])
-            if entries and recorded[-len(entries):] != entries:  # a planned schema may hold them already
-                meta = dict(column.metadata)
-                meta[TYPE_CHANGES_KEY] = [*recorded, *entries]
-                f = {**f, "metadata": meta}
-            fields.append({**f, "type": visit(f.get("type"), column.path)})
-        return {**t, "fields": fields}
+    def visit(f: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+        column = _Column(path, f)
+        entries = changes.get(_key(column, mapped))
+        recorded = list(column.metadata.get(TYPE_CHANGES_KEY) or [])
+        if entries and recorded[-len(entries):] != entries:  # a planned schema may hold them already
+            return {**f, "metadata": {**column.metadata, TYPE_CHANGES_KEY: [*recorded, *entries]}}
+        return f
 
-    schema_string = orjson.dumps(visit(orjson.loads(metadata.schema_string), ())).decode()
+    schema_string = orjson.dumps(_map_struct_fields(orjson.loads(metadata.schema_string), visit)).decode()
     configuration = {**metadata.configuration, props.ENABLE_TYPE_WIDENING.key: "true"}
     return dataclasses.replace(metadata, schema_string=schema_string, configuration=configuration)
 
 
-__all__ = ["TYPE_CHANGES_KEY", "RowCheck", "SchemaChange", "highest_column_id", "inherit_column_mapping", "plan_change", "widening"]
+__all__ = ["TYPE_CHANGES_KEY", "RowCheck", "SchemaChange", "highest_column_id", "inherit_column_mapping", "mapped_schema_of", "plan_change", "widening"]
