@@ -292,3 +292,35 @@ def test_replaces_rows_is_checked_at_commit(tmp_path: Path) -> None:
         with t.transaction("WRITE") as txn:
             txn.update_metadata(schema=pa.schema([("id", pa.int64())]), replaces_rows=True)
     assert _rows(t) == ROWS.to_pylist()
+
+
+# -- liquid clustering: the table's side ---------------------------------------------------------
+
+
+def test_a_clustered_table_keeps_its_columns_in_the_clustering_domain_with_its_features(tmp_path: Path) -> None:
+    t = Table.create(tmp_path / "t", pa.schema([("id", pa.int64()), ("k", pa.string()), ("v", pa.float64())]), cluster_by=["id", "k"])
+    snap = t.snapshot()
+    assert {"clustering", "domainMetadata"} <= set(snap.protocol.writer_features or ())
+    assert snap.domain_metadata("delta.clustering") == '{"clusteringColumns":[["id"],["k"]]}'
+    t.append(pa.table({"id": [1], "k": ["a"], "v": [1.0]}))
+    t.alter.rename_column("k", "kk")  # the domain names physical columns: a rename keeps it
+    assert t.snapshot().domain_metadata("delta.clustering") == '{"clusteringColumns":[["id"],["k"]]}'
+    t.alter.cluster_by(["kk"])
+    assert t.history(1)[0].commit_info.operation_parameters == {"oldClusteringColumns": "id,kk", "newClusteringColumns": "kk"}
+    before = t.latest_version()
+    for change, field in [(lambda: t.alter.drop_columns("kk"), "k"),
+                          (lambda: t.alter.set_table_properties({"delta.dataSkippingNumIndexedCols": "1"}), "kk"),
+                          (lambda: t.alter.cluster_by(["v", "nope"]), "nope")]:
+        with pytest.raises(SchemaChangeError) as info:
+            change()
+        assert (info.value.rule, info.value.field) == ("clustering", field)
+    assert t.latest_version() == before
+
+
+def test_a_clustering_column_needs_statistics_and_no_partitioning(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("k", pa.string())])
+    with pytest.raises(SchemaChangeError, match="no statistics"):
+        Table.create(tmp_path / "a", schema, properties={"delta.dataSkippingNumIndexedCols": "1"}, cluster_by=["k"])
+    with pytest.raises(SchemaChangeError, match="partitioned table"):
+        Table.create(tmp_path / "b", schema, partition_by=["k"], cluster_by=["id"])
+    assert not Table(tmp_path / "a").exists() and not Table(tmp_path / "b").exists()

@@ -81,3 +81,18 @@ def test_spark_writers_merge_and_overwrite_schemas(delta_spark: Any, tmp_path: P
     snap = Table(uri).snapshot()
     assert snap.schema.names == ["k", "n"] and snap.to_arrow().to_pylist() == [{"k": "k", "n": 7}]
     assert _spark_rows(delta_spark, uri, "k") == [{"k": "k", "n": 7}]
+
+
+def test_delta_spark_continues_and_optimizes_a_table_txnlog_clustered(delta_spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    t = Table.create(uri, pa.schema([("id", pa.int64()), ("k", pa.string())]), cluster_by=["k"])
+    t.append(pa.table({"id": [1, 2], "k": ["b", "a"]}))
+    detail = delta_spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").collect()[0]
+    assert list(detail.clusteringColumns) == ["k"]
+    delta_spark.sql(f"INSERT INTO delta.`{uri}` VALUES (3, 'c')")
+    delta_spark.sql(f"OPTIMIZE delta.`{uri}`")
+    delta_spark.sql(f"ALTER TABLE delta.`{uri}` CLUSTER BY (id, k)")
+    assert t.snapshot().domain_metadata("delta.clustering") == '{"clusteringColumns":[["id"],["k"]]}'
+    t.append(pa.table({"id": [4], "k": ["d"]}))
+    assert sorted(r["id"] for r in t.snapshot().to_arrow().to_pylist()) == [1, 2, 3, 4]
+    assert [r["id"] for r in _spark_rows(delta_spark, uri)] == [1, 2, 3, 4]

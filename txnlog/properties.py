@@ -442,6 +442,7 @@ PROPERTY_PREFIXES = ("delta.", "txnlog.")
 FIELD_METADATA_PREFIX = "delta."
 #: The domain whose configuration holds the row id high-water mark (row tracking).
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
+CLUSTERING_DOMAIN = "delta.clustering"
 ROW_ID_HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"
 #: commitInfo key: the winners a commit was rebased over at row level (txnlog.txn.rebase).
 REBASE_COMMIT_INFO_KEY = "txnlog.rowLevelRebase"

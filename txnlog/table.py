@@ -171,12 +171,14 @@ class Table:
         description: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         store: LogStore | None = None,
+        cluster_by: Sequence[str | Sequence[str]] = (),
     ) -> Table:
         """Create a table at ``uri`` with a pyarrow schema or a Delta schema (JSON text or dict).
 
         ``mode``: "error" (the default) raises TableAlreadyExistsError if a table is there,
         "ignore" returns the existing table, "overwrite" replaces its schema and removes its files.
-        Protocol (1, 2) unless a property needs more (see docs/properties.md).
+        Protocol (1, 2) unless a property needs more (see docs/properties.md). ``cluster_by``:
+        the clustering columns of a clustered table (see docs/schema.md).
         """
         table = cls(uri, storage_options, store=store)
         create_table(
@@ -189,6 +191,7 @@ class Table:
             description=description,
             hooks=table.hooks,
             on_commit=table._remember,
+            cluster_by=cluster_by,
         )
         return table
 
@@ -212,7 +215,7 @@ class Table:
         """ALTER TABLE (deltalake's names): ``add_columns``, ``drop_columns``,
         ``rename_column``, ``set_column_type``, ``set_not_null``, ``drop_not_null``,
         ``set_column_comment``, ``set_table_properties``, ``unset_table_properties``,
-        ``add_constraint``, ``drop_constraint``; each one commit (see docs/schema.md)."""
+        ``add_constraint``, ``drop_constraint``, ``cluster_by``; each one commit (see docs/schema.md)."""
         return TableAlterer(lambda operation, params: self.transaction(operation, operation_parameters=params))
 
     def create_transaction(

@@ -18,25 +18,13 @@ import pyarrow as pa
 from txnlog import properties as props
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, SchemaChangeError
 from txnlog.schema import arrow_to_delta_schema
-from txnlog.txn.schema_changes import mapped_schema_of
+from txnlog.txn.schema_changes import column_path, logical_clustering_columns, mapped_schema_of
 from txnlog.txn.transaction import CommitResult, OptimisticTransaction
 
 #: Opens a transaction on the latest snapshot: (operation, operationParameters) -> transaction.
 TransactionFactory = Callable[[str, Mapping[str, Any]], OptimisticTransaction]
 
 COMMENT_KEY = "comment"
-
-
-def _path(column: str | Sequence[str]) -> tuple[str, ...]:
-    """A column path: ``"a.b"`` or ``["a", "b"]`` (a list for names holding dots)."""
-    if isinstance(column, str):
-        if not column:
-            raise InvalidArgumentError("a column name cannot be empty")
-        return tuple(column.split("."))
-    parts = tuple(column)
-    if not parts or not all(isinstance(p, str) and p for p in parts):
-        raise InvalidArgumentTypeError(f"a column is a name or a list of names, got {column!r}")
-    return parts
 
 
 def _struct_of(t: Any, where: str) -> dict[str, Any]:
@@ -96,7 +84,7 @@ class TableAlterer:
         with self._transaction("ADD COLUMNS", {}) as txn:
             schema = self._schema(txn)
             for f in added:
-                path = _path(f.name)
+                path = column_path(f.name)
                 column = _field_json(f.with_name(path[-1]))
                 parent = schema if len(path) == 1 else _struct_of(*self._column_type(schema, path[:-1]))
                 where = ".".join(path)
@@ -111,7 +99,7 @@ class TableAlterer:
     def drop_columns(self, columns: str | Sequence[str] | Iterable[str | Sequence[str]]) -> CommitResult:
         """``DROP COLUMNS`` (nested ones by dotted path). Turns column mapping on when the table
         lacks it; a partition column, or the last column, cannot be dropped."""
-        paths = [_path(columns)] if isinstance(columns, str) else [_path(c) for c in columns]
+        paths = [column_path(columns)] if isinstance(columns, str) else [column_path(c) for c in columns]
         if not paths:
             raise InvalidArgumentError("drop_columns needs at least one column")
         with self._transaction("DROP COLUMNS", {}) as txn:
@@ -135,7 +123,7 @@ class TableAlterer:
         """``RENAME COLUMN`` ``column`` (a dotted path for a nested one) to ``new_name`` (a
         name in the same struct). Turns column mapping on when the table lacks it; the data keeps
         its physical name."""
-        path = _path(column)
+        path = column_path(column)
         if not isinstance(new_name, str) or not new_name:
             raise InvalidArgumentTypeError(f"new_name must be a non-empty string, got {new_name!r}")
         with self._transaction("RENAME COLUMN", {}) as txn:
@@ -180,7 +168,7 @@ class TableAlterer:
 
     def _change_column(self, column: str | Sequence[str], change: Callable[[dict[str, Any]], dict[str, Any]],
                        configuration: Mapping[str, str] | None = None) -> CommitResult:
-        path = _path(column)
+        path = column_path(column)
         with self._transaction("CHANGE COLUMN", {}) as txn:
             schema = self._schema(txn)
             fields, index, where = _locate(schema, path)
@@ -245,6 +233,19 @@ class TableAlterer:
                 return None
             txn.operation_parameters["expr"] = found[0][1]
             txn.update_metadata(unset_properties=[props.CONSTRAINTS.key(found[0][0])])
+            return txn.commit()
+
+    # -- clustering ---------------------------------------------------------------------------
+
+    def cluster_by(self, columns: Sequence[str | Sequence[str]]) -> CommitResult:
+        """``CLUSTER BY``: the table's clustering columns become ``columns`` (an empty list:
+        none), kept in the ``delta.clustering`` domain; each must have statistics collected."""
+        with self._transaction("CLUSTER BY", {}) as txn:
+            old = txn.snapshot.domain_metadata(props.CLUSTERING_DOMAIN) if txn.snapshot is not None else None
+            before = [".".join(p) for p in logical_clustering_columns(txn.metadata, old)]
+            after = [".".join(column_path(c)) for c in columns]
+            txn.operation_parameters.update(oldClusteringColumns=",".join(before), newClusteringColumns=",".join(after))
+            txn.cluster_by(columns)
             return txn.commit()
 
     # -- helpers ------------------------------------------------------------------------------

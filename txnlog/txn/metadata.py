@@ -63,6 +63,7 @@ def updated_metadata(
     description: str | None = None,
     now_ms: int,
     automatic_widening_only: bool = False,
+    clustering: str | None = None,
 ) -> tuple[SchemaChange, Protocol | None]:
     """The new metaData (in a :class:`SchemaChange` saying what it needs of the rows, decided
     by :func:`~txnlog.txn.schema_changes.plan_change`), and the protocol to write with it (None
@@ -107,7 +108,8 @@ def updated_metadata(
     for column in metadata.partition_columns:
         if column not in table_schema.names:
             raise SchemaError(f"partition column {column!r} is not in the schema", field=column)
-    change = plan_change(None if replace_table else base, metadata, automatic_widening_only=automatic_widening_only)
+    change = plan_change(None if replace_table else base, metadata, automatic_widening_only=automatic_widening_only,
+                         clustering=None if replace_table else clustering)
     metadata = change.metadata
     conf, schema_string = dict(metadata.configuration), metadata.schema_string
     required = protocol_for({**conf, **directives}, schema_string)

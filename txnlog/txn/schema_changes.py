@@ -24,15 +24,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from txnlog import properties as props
-from txnlog.errors import SchemaChangeError, TxnLogError
+from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, SchemaChangeError, TxnLogError
 from txnlog.expressions import FilePredicate
+from txnlog.file_facts import stats_columns
 from txnlog.log.actions import Metadata
 
 TYPE_CHANGES_KEY = props.TYPE_CHANGES_KEY
@@ -251,7 +252,72 @@ def _quoted(path: tuple[str, ...]) -> str:
     return ".".join("`" + p.replace("`", "``") + "`" for p in path)
 
 
-def plan_change(base: Metadata | None, new: Metadata, *, automatic_widening_only: bool = False) -> SchemaChange:
+def column_path(column: str | Sequence[str]) -> tuple[str, ...]:
+    """A column path: ``"a.b"`` or ``["a", "b"]`` (a list for names holding dots)."""
+    if isinstance(column, str):
+        if not column:
+            raise InvalidArgumentError("a column name cannot be empty")
+        return tuple(column.split("."))
+    parts = tuple(column)
+    if not parts or not all(isinstance(p, str) and p for p in parts):
+        raise InvalidArgumentTypeError(f"a column is a name or a list of names, got {column!r}")
+    return parts
+
+
+def clustering_domain_configuration(metadata: Metadata, columns: list[tuple[str, ...]]) -> str:
+    """The ``delta.clustering`` domain's configuration for clustering by ``columns`` (logical
+    paths): each column's physical path, after checking it may cluster the table."""
+    check_clustering(metadata, columns)
+    physical = []
+    by_path = {tuple(p.lower() for p in c.path): c for c in _struct_fields(orjson.loads(metadata.schema_string), ())}
+    mapped = props.COLUMN_MAPPING_MODE.get(metadata.configuration) != "none"
+    for path in columns:
+        names = []
+        for depth in range(1, len(path) + 1):
+            column = by_path[tuple(p.lower() for p in path[:depth])]
+            names.append(str(column.metadata.get(props.PHYSICAL_NAME_KEY, column.path[-1])) if mapped else column.path[-1])
+        physical.append(names)
+    return orjson.dumps({"clusteringColumns": physical}).decode()
+
+
+def logical_clustering_columns(metadata: Metadata, configuration: str | None) -> list[tuple[str, ...]]:
+    """The clustering columns a ``delta.clustering`` domain's configuration names (physical
+    paths), as logical paths of ``metadata``'s schema (a path it lacks is kept as named)."""
+    if not configuration:
+        return []
+    mapped = props.COLUMN_MAPPING_MODE.get(metadata.configuration) != "none"
+    columns = {c.path: c for c in _struct_fields(orjson.loads(metadata.schema_string), ())}
+    logical: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for path in columns:
+        physical = tuple(str(columns[path[:d]].metadata.get(props.PHYSICAL_NAME_KEY, path[d - 1])) if mapped else path[d - 1]
+                         for d in range(1, len(path) + 1))
+        logical[physical] = path
+    return [logical.get(tuple(names), tuple(names)) for names in orjson.loads(configuration).get("clusteringColumns") or []]
+
+
+def check_clustering(metadata: Metadata, columns: list[tuple[str, ...]]) -> None:
+    """Clustering columns must exist, not be partition columns (a clustered table is not
+    partitioned), and have statistics collected (PROTOCOL.md's Clustered Table; delta-spark
+    refuses a clustering column without statistics too)."""
+    if metadata.partition_columns and columns:
+        raise SchemaChangeError(f"a partitioned table (by {list(metadata.partition_columns)}) cannot be clustered",
+                                field=",".join(metadata.partition_columns), rule="clustering")
+    names = {tuple(p.lower() for p in c.path): c for c in _struct_fields(orjson.loads(metadata.schema_string), ())}
+    with_stats = {tuple(p.lower() for p in path) for path in stats_columns(metadata.schema, metadata.configuration, metadata.partition_columns)}
+    for path in columns:
+        where = ".".join(path)
+        key = tuple(p.lower() for p in path)
+        if key not in names:
+            raise SchemaChangeError(f"clustering column {where} does not exist", field=where, rule="clustering")
+        if key not in with_stats:
+            raise SchemaChangeError(
+                f"clustering column {where} has no statistics collected: a clustered table needs them for every clustering "
+                f"column (widen {props.DATA_SKIPPING_NUM_INDEXED_COLS.key} or name it in {props.DATA_SKIPPING_STATS_COLUMNS.key})",
+                field=where, rule="clustering")
+
+
+def plan_change(base: Metadata | None, new: Metadata, *, automatic_widening_only: bool = False,
+                clustering: str | None = None) -> SchemaChange:
     """Decide whether ``base`` (None for a new table) may become ``new``: refuse with
     SchemaChangeError naming the column and rule, or say what the change needs (see the module
     docstring). ``automatic_widening_only``: schema evolution on write, which applies only the
@@ -259,6 +325,8 @@ def plan_change(base: Metadata | None, new: Metadata, *, automatic_widening_only
     change = SchemaChange(new)
     if base is None:
         return change
+    # Clustering columns (``clustering``: the domain's configuration) keep existing and keeping statistics.
+    check_clustering(new, logical_clustering_columns(new, clustering))
     old_mode = props.COLUMN_MAPPING_MODE.get(base.configuration)
     new_mode = props.COLUMN_MAPPING_MODE.get(new.configuration)
     if old_mode != new_mode and not (old_mode == "none" and new_mode == "name"):
@@ -366,4 +434,4 @@ def _with_type_changes(metadata: Metadata, changes: Mapping[Any, list[dict[str, 
     return dataclasses.replace(metadata, schema_string=schema_string, configuration=configuration)
 
 
-__all__ = ["TYPE_CHANGES_KEY", "RowCheck", "SchemaChange", "highest_column_id", "inherit_column_mapping", "mapped_schema_of", "plan_change", "widening"]
+__all__ = ["TYPE_CHANGES_KEY", "RowCheck", "check_clustering", "clustering_domain_configuration", "column_path", "logical_clustering_columns", "SchemaChange", "highest_column_id", "inherit_column_mapping", "mapped_schema_of", "plan_change", "widening"]

@@ -36,7 +36,7 @@ from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.commits import Commit, read_commits
-from txnlog.log.features import protocol_for
+from txnlog.log.features import merge_protocols, protocol_for
 from txnlog.log.file_actions import FILES_SCHEMA
 from txnlog.log.filenames import commit_path
 from txnlog.log.replay import advance
@@ -53,7 +53,7 @@ from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.metadata import updated_metadata
 from txnlog.txn.rebase import Rebase, RebaseStep
 from txnlog.txn.retry import RetryPolicy
-from txnlog.txn.schema_changes import RowCheck
+from txnlog.txn.schema_changes import RowCheck, clustering_domain_configuration, column_path
 from txnlog.txn.staging import FileActions, StagedFiles, tombstones
 from txnlog.write.constraints import check_constraints
 from txnlog.write.context import WriteContext
@@ -433,6 +433,7 @@ class OptimisticTransaction:
             description=description,
             now_ms=_now_ms(),
             automatic_widening_only=automatic_widening_only,
+            clustering=self.snapshot.domain_metadata(props.CLUSTERING_DOMAIN) if self.snapshot is not None else None,
         )
         if self.snapshot is not None and not replace_table and (change.needs_no_rows or change.row_checks):
             # Read in full: a concurrent append conflicts with what is checked here.
@@ -479,6 +480,19 @@ class OptimisticTransaction:
         if domain.startswith(props.RESERVED_DOMAIN_PREFIX):
             raise TransactionError(f"domain {domain!r} is reserved for the Delta protocol")
         self._domains[domain] = DomainMetadata(domain, configuration, removed)
+
+    def cluster_by(self, columns: Sequence[str | Sequence[str]]) -> None:
+        """Make ``columns`` (names, dotted paths or lists of names; empty: none) the table's
+        clustering columns: the ``delta.clustering`` domain, with the ``clustering`` and
+        ``domainMetadata`` writer features. Each column must have statistics collected."""
+        self._ensure_open()
+        paths = [column_path(c) for c in columns]
+        configuration = clustering_domain_configuration(self.metadata, paths)
+        self._domains[props.CLUSTERING_DOMAIN] = DomainMetadata(props.CLUSTERING_DOMAIN, configuration, False)
+        required = Protocol(1, 7, None, ("clustering", "domainMetadata"))
+        upgraded = merge_protocols(self.protocol, required)
+        if upgraded != self.protocol:
+            self._protocol = upgraded
 
     def set_operation_metrics(self, **metrics: int) -> None:
         self._metrics.update(metrics)
