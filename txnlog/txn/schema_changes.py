@@ -277,7 +277,7 @@ def clustering_domain_configuration(metadata: Metadata, columns: list[tuple[str,
             column = by_path[tuple(p.lower() for p in path[:depth])]
             names.append(str(column.metadata.get(props.PHYSICAL_NAME_KEY, column.path[-1])) if mapped else column.path[-1])
         physical.append(names)
-    return orjson.dumps({"clusteringColumns": physical}).decode()
+    return orjson.dumps({"clusteringColumns": physical, "domainName": props.CLUSTERING_DOMAIN}).decode()  # as delta-spark writes it
 
 
 def logical_clustering_columns(metadata: Metadata, configuration: str | None) -> list[tuple[str, ...]]:
