@@ -86,8 +86,6 @@ class SchemaChange:
     row_checks: list[RowCheck] = field(default_factory=list)
     #: Changes legal only when no row of the table survives the commit (a schema overwrite).
     needs_no_rows: list[SchemaChangeError] = field(default_factory=list)
-    #: Whether a column's type was widened (the table needs type widening).
-    widened: bool = False
 
 
 @dataclass(frozen=True)
@@ -382,7 +380,6 @@ def plan_change(base: Metadata | None, new: Metadata, *, automatic_widening_only
             raise SchemaChangeError(f"CHECK constraint {name} ({sql}) does not apply to the new schema: {e}",
                                     field=name, rule="CHECK constraint") from None
     if type_changes:
-        change.widened = True
         change.metadata = _with_type_changes(new, type_changes, mapped)
     return change
 
