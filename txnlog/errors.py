@@ -192,6 +192,15 @@ class SchemaError(TxnLogError):
         self.field = field
 
 
+class SchemaChangeError(SchemaError):
+    """A schema, partitioning or property change the table cannot take: ``field`` names the
+    column (or property), ``rule`` the protocol rule it breaks."""
+
+    def __init__(self, message: str, *, field: str | None = None, rule: str) -> None:
+        super().__init__(message, field=field)
+        self.rule = rule
+
+
 class InvalidTablePropertyError(TxnLogError):
     """A table property has a value of the wrong type or range."""
 

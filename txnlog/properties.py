@@ -443,6 +443,7 @@ CURRENT_DEFAULT_KEY = "CURRENT_DEFAULT"
 #: commitInfo tag delta-spark sets and reads when resolving conflicts: the commit's metaData
 #: action only moves identity high-water marks.
 IDENTITY_ONLY_TAG = "delta.identity.schemaUpdate"
+TYPE_CHANGES_KEY = "delta.typeChanges"
 RESERVED_DOMAIN_PREFIX = "delta."
 #: The namespaces of table property keys: an option or setting in one of them is a table property.
 PROPERTY_PREFIXES = ("delta.", "txnlog.")
@@ -450,6 +451,7 @@ PROPERTY_PREFIXES = ("delta.", "txnlog.")
 FIELD_METADATA_PREFIX = "delta."
 #: The domain whose configuration holds the row id high-water mark (row tracking).
 ROW_TRACKING_DOMAIN = "delta.rowTracking"
+CLUSTERING_DOMAIN = "delta.clustering"
 ROW_ID_HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"
 #: commitInfo key: the winners a commit was rebased over at row level (txnlog.txn.rebase).
 REBASE_COMMIT_INFO_KEY = "txnlog.rowLevelRebase"

@@ -42,6 +42,7 @@ from txnlog.read import change_batches, change_schema
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage import LogStore, TableLocation, normalize_uri, open_store
 from txnlog.storage.location import Located
+from txnlog.txn.alter import TableAlterer
 from txnlog.txn.create import create_table
 from txnlog.txn.hooks import HookRegistry, default_hooks
 from txnlog.txn.isolation import IsolationLevel
@@ -165,6 +166,7 @@ class Table(Located):
         description: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         store: LogStore | None = None,
+        cluster_by: Sequence[str | Sequence[str]] = (),
     ) -> Table:
         """Create a table at ``uri`` with a pyarrow schema, a Delta schema (JSON text or dict),
         an object exporting ``__arrow_c_schema__``, or the schema of Arrow-compatible data (as
@@ -173,7 +175,8 @@ class Table(Located):
 
         ``mode``: "error" (the default) raises TableAlreadyExistsError if a table is there,
         "ignore" returns the existing table, "overwrite" replaces its schema and removes its files.
-        Protocol (1, 2) unless a property needs more (see docs/properties.md).
+        Protocol (1, 2) unless a property needs more (see docs/properties.md). ``cluster_by``:
+        the clustering columns of a clustered table (see docs/schema.md).
         """
         table = cls(uri, storage_options, store=store)
         if not isinstance(schema, (str, Mapping)):
@@ -192,6 +195,7 @@ class Table(Located):
             description=description,
             hooks=table.hooks,
             on_commit=table._remember,
+            cluster_by=cluster_by,
         )
         return table
 
@@ -210,6 +214,14 @@ class Table(Located):
             self.location, self.snapshot(), operation=operation, isolation=isolation, operation_parameters=operation_parameters, **options
         )
 
+    @property
+    def alter(self) -> TableAlterer:
+        """ALTER TABLE (deltalake's names): ``add_columns``, ``drop_columns``,
+        ``rename_column``, ``set_column_type``, ``set_not_null``, ``drop_not_null``,
+        ``set_column_comment``, ``set_table_properties``, ``unset_table_properties``,
+        ``add_constraint``, ``drop_constraint``, ``cluster_by``; each one commit (see docs/schema.md)."""
+        return TableAlterer(lambda operation, params: self.transaction(operation, operation_parameters=params))
+
     def create_transaction(
         self, operation: str = "CREATE TABLE", *, operation_parameters: Mapping[str, Any] | None = None, **options: Any
     ) -> OptimisticTransaction:
@@ -224,6 +236,7 @@ class Table(Located):
         *,
         app_id: str | None = None,
         app_version: int | None = None,
+        schema_mode: str | None = None,
     ) -> CommitResult | None:
         """Write ``data`` (any Arrow-compatible data: a pyarrow Table, RecordBatch,
         RecordBatchReader or Dataset, a pandas or polars DataFrame, an object exporting
@@ -232,10 +245,11 @@ class Table(Located):
 
         With ``app_id`` and ``app_version`` the append is idempotent: it is skipped (returning
         None) when that app has already committed ``app_version`` or later.
+        ``schema_mode="merge"``: evolve the schema as :meth:`write` does.
         """
         if app_id is not None and app_version is None:
             raise InvalidArgumentError("app_version is required with app_id")
-        return self._write_arrow(data, WriteOptions("append", app_id=app_id, app_version=app_version), self.snapshot())
+        return self._write_arrow(data, WriteOptions("append", app_id=app_id, app_version=app_version, schema_mode=schema_mode), self.snapshot())
 
     def write(
         self,
@@ -261,8 +275,10 @@ class Table(Located):
         table; "ignore" leaves one alone. A table that does not exist yet is created with the
         data's schema, ``partition_by`` and ``properties``. ``partition_overwrite_mode="dynamic"``:
         an overwrite replaces only the partitions the data has rows in. ``app_id``/``app_version``
-        make the write idempotent; ``schema_mode="merge"`` (or ``merge_schema``) adds the data's new
-        columns to the table, ``schema_mode="overwrite"`` (with ``mode="overwrite"``) gives it the
+        make the write idempotent. ``schema_mode="merge"`` (``merge_schema=True``) adds the data's
+        new columns (nested too) and, on a table with ``delta.enableTypeWidening``, widens
+        columns to the data's wider types; ``schema_mode="overwrite"`` with ``mode="overwrite"``
+        replaces the schema, and with ``partition_by`` the partitioning (see docs/schema.md).
         data's schema. ``data``: any Arrow-compatible data, as for :meth:`append`.
         """
         options = WriteOptions(mode, tuple(partition_by) if partition_by is not None else None, replace_where, dict(properties or {}),

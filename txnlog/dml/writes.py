@@ -28,9 +28,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from txnlog import properties as props
 from txnlog.dml.change_data import ChangeData, ChangeRowsOf
 from txnlog.dml.metrics import RowChangeMetrics, live_rows
 from txnlog.dml.plans import RowChangePlan
@@ -50,6 +52,7 @@ from txnlog.read import ReadContext
 from txnlog.schema import arrow_to_delta_schema
 from txnlog.snapshot import Snapshot
 from txnlog.storage import TableLocation
+from txnlog.txn.schema_changes import widening
 from txnlog.txn.transaction import OptimisticTransaction
 from txnlog.write import IdentityAllocator, WriteContext, write_change_files
 from txnlog.write.changes import CHANGE_TYPE_COLUMN
@@ -68,9 +71,12 @@ class WriteOptions:
     too); "error" refuses an existing table; "ignore" leaves one alone. A table that does not
     exist is created with the data's schema, ``partition_by`` and ``properties``.
     ``partition_overwrite_mode="dynamic"``: an overwrite replaces only the partitions it writes
-    rows to. ``app_id``/``app_version`` make the write idempotent. ``merge_schema`` adds the data's new
-    columns to the table. ``operation`` names the commit (default ``WRITE``, or ``CREATE TABLE
-    AS SELECT`` for a new table)."""
+    rows to. ``app_id``/``app_version`` make the write idempotent. ``schema_mode="merge"`` (or
+    ``merge_schema=True``) adds the data's new columns, nested ones too, and applies the type
+    widenings delta-spark applies on write (on a table with ``delta.enableTypeWidening``);
+    ``schema_mode="overwrite"``, with ``mode="overwrite"``, replaces the schema (and with
+    ``partition_by`` the partitioning) by the data's. ``operation`` names the commit (default
+    ``WRITE``, or ``CREATE TABLE AS SELECT`` for a new table)."""
 
     mode: str = "append"
     partition_by: tuple[str, ...] | None = None
@@ -93,10 +99,10 @@ class WriteOptions:
             raise InvalidArgumentError(f"merge_schema=True contradicts schema_mode={self.schema_mode!r}")
         if self.merge_schema:
             object.__setattr__(self, "schema_mode", "merge")
-        if self.schema_mode == "overwrite" and self.mode != "overwrite":
-            raise InvalidArgumentError("schema_mode='overwrite' needs mode='overwrite' (it replaces the table's schema)")
-        if self.schema_mode == "overwrite" and self.replace_where is not None:
-            raise InvalidArgumentError("schema_mode='overwrite' replaces every row's schema: it cannot go with a predicate (replace_where)")
+        if self.schema_mode == "overwrite" and (self.mode != "overwrite" or self.replace_where is not None
+                                                or self.partition_overwrite_mode == "dynamic"):
+            raise InvalidArgumentError("schema_mode='overwrite' goes with mode='overwrite' replacing every row "
+                                       "(no replace_where, no dynamic partition overwrite), as overwriteSchema does in delta-spark")
         if self.replace_where is not None and self.mode != "overwrite":
             raise InvalidArgumentError("replace_where needs mode='overwrite'")
         if self.partition_overwrite_mode not in ("static", "dynamic"):
@@ -176,15 +182,40 @@ def rows_matching(ctx: WriteContext, condition: str, batches: Iterable[pa.Record
         yield batch
 
 
-def evolved_schema(table: pa.Schema, data: pa.Schema, schema_mode: str = "merge") -> pa.Schema | None:
-    """The table schema a write of ``data`` with ``schema_mode`` leaves, or None when it stays:
-    "merge" appends the data's new top-level columns (nullable); "overwrite" takes the data's
-    schema. (The one place writes evolve a schema.)"""
-    if schema_mode == "overwrite":
-        return None if data.equals(table) else data
-    known = {f.name.lower() for f in table}
-    new = [f.with_nullable(True) for f in data if f.name.lower() not in known]
-    return pa.schema([*table, *new]) if new else None
+def evolved_schema(table: pa.Schema, data: pa.Schema, *, widen: bool = False) -> pa.Schema | None:
+    """The table schema a ``schema_mode="merge"`` write of ``data`` leaves: the data's new
+    columns appended (nullable), at any depth of a struct, and with ``widen`` (a table with
+    ``delta.enableTypeWidening``) a column's type widened to the data's where delta-spark widens
+    on write; None when nothing changes. (The one place writes evolve a schema; whether the
+    result is legal is decided by :mod:`txnlog.txn.schema_changes`.)"""
+    fields = _merged_fields(list(table), list(data), widen)
+    merged = pa.schema(fields, metadata=table.metadata)
+    return None if merged.equals(table, check_metadata=True) else merged
+
+
+def _merged_fields(table: list[pa.Field], data: list[pa.Field], widen: bool) -> list[pa.Field]:
+    by_name = {f.name.lower(): f for f in data}
+    out = []
+    for f in table:
+        given = by_name.pop(f.name.lower(), None)
+        if given is None:
+            out.append(f)
+        elif pa.types.is_struct(f.type) and pa.types.is_struct(given.type):
+            out.append(f.with_type(pa.struct(_merged_fields(list(f.type), list(given.type), widen))))
+        elif widen and _widens_on_write(f.type, given.type):
+            out.append(f.with_type(given.type))
+        else:
+            out.append(f)
+    return out + [f.with_nullable(True) for f in data if f.name.lower() in by_name]
+
+
+def _widens_on_write(table_type: pa.DataType, data_type: pa.DataType) -> bool:
+    try:
+        old, new = arrow_to_delta_schema(pa.schema([pa.field("c", table_type)])), arrow_to_delta_schema(pa.schema([pa.field("c", data_type)]))
+    except SchemaError:
+        return False
+    old_type, new_type = orjson.loads(old)["fields"][0]["type"], orjson.loads(new)["fields"][0]["type"]
+    return isinstance(old_type, str) and isinstance(new_type, str) and widening(old_type, new_type) == "automatic"
 
 
 def plan_write(location: TableLocation, snapshot: Snapshot | None, data_schema: pa.Schema, options: WriteOptions, *,
@@ -207,12 +238,16 @@ def plan_write(location: TableLocation, snapshot: Snapshot | None, data_schema: 
             return WritePlan(uri, options, snapshot.version, options.operation or "WRITE", params, None, skip="ignore")
         txn = OptimisticTransaction(location, snapshot, operation=options.operation or "WRITE", operation_parameters=params)
         partitioning = list(txn.metadata.partition_columns)
-        if options.partition_by is not None and [c.lower() for c in options.partition_by] != [c.lower() for c in partitioning]:
-            raise InvalidArgumentError(f"partition_by={list(options.partition_by)} differs from the partitioning {partitioning} of table {uri}")
-        if options.schema_mode is not None:
-            wider = evolved_schema(txn.metadata.schema, data_schema, options.schema_mode)
+        if options.schema_mode == "overwrite":
+            txn.update_metadata(schema=table_schema if table_schema is not None else data_schema,
+                                partition_columns=options.partition_by, replaces_rows=True)
+        elif options.partition_by is not None and [c.lower() for c in options.partition_by] != [c.lower() for c in partitioning]:
+            raise InvalidArgumentError(f"partition_by={list(options.partition_by)} differs from the partitioning {partitioning} of table {uri}"
+                                       " (schema_mode='overwrite' with mode='overwrite' repartitions it)")
+        elif options.schema_mode == "merge":
+            wider = evolved_schema(txn.metadata.schema, data_schema, widen=txn.table_configuration.table_property(props.ENABLE_TYPE_WIDENING))
             if wider is not None:
-                txn.update_metadata(schema=arrow_to_delta_schema(wider))
+                txn.update_metadata(schema=arrow_to_delta_schema(wider), automatic_widening_only=True)
         if options.app_id is not None and (done := snapshot.app_transaction_version(options.app_id)) is not None:
             assert options.app_version is not None
             if done >= options.app_version:
@@ -255,7 +290,8 @@ def open_write(plan: WritePlan, location: TableLocation, snapshot: Snapshot | No
         txn = OptimisticTransaction(location, snapshot, operation=operation, operation_parameters=plan.parameters, **txn_options)
         if snapshot.version == plan.read_version:
             if plan.metadata is not None:
-                txn.update_metadata(schema=plan.metadata.schema_string, partition_columns=plan.metadata.partition_columns)
+                txn.update_metadata(schema=plan.metadata.schema_string, partition_columns=plan.metadata.partition_columns,
+                                    replaces_rows=options.schema_mode == "overwrite", automatic_widening_only=options.schema_mode == "merge")
         else:
             planned = plan.metadata if plan.metadata is not None else plan.context.table_configuration.metadata
             current = snapshot.metadata

@@ -115,14 +115,14 @@ class SchemaFeatures:
 def schema_features(schema_string: str) -> SchemaFeatures:
     """The features the columns of ``schema_string`` need (PROTOCOL.md): generated columns
     (writer version 4 or ``generatedColumns``), identity columns (6 or ``identityColumns``),
-    column defaults (``allowColumnDefaults``, table features only) and ``timestamp_ntz``
-    (``timestampNtz``, reader and writer, table features only). Each is read from the columns'
-    metadata and types, nested fields included."""
+    column defaults (``allowColumnDefaults``, table features only), and the types
+    ``timestamp_ntz`` and ``variant`` (``timestampNtz``, ``variantType``: reader and writer, table
+    features only). Each is read from the columns' metadata and types, nested fields included."""
     reader: set[str] = set()
     writer: set[str] = set()
     legacy: int | None = 2
     if props.GENERATION_EXPRESSION_KEY in schema_string or props.IDENTITY_START_KEY in schema_string or \
-            props.CURRENT_DEFAULT_KEY in schema_string or '"timestamp_ntz"' in schema_string:
+            props.CURRENT_DEFAULT_KEY in schema_string:
         # The cheap test above spares the parse for the common schema that uses none of them.
         for field in _fields(orjson.loads(schema_string)):
             meta = field.get("metadata") or {}
@@ -135,9 +135,11 @@ def schema_features(schema_string: str) -> SchemaFeatures:
             if props.CURRENT_DEFAULT_KEY in meta:
                 writer.add("allowColumnDefaults")
                 legacy = None
-        if '"timestamp_ntz"' in schema_string:
-            reader.add("timestampNtz")
-            writer.add("timestampNtz")
+    used_types = type_names(schema_string)
+    for type_name, feature in _TYPE_FEATURES.items():
+        if type_name in used_types:
+            reader.add(feature)
+            writer.add(feature)
             legacy = None
     return SchemaFeatures(frozenset(reader), frozenset(writer), legacy)
 
@@ -173,6 +175,31 @@ def check_writable(protocol: Protocol, schema_string: str, where: str) -> None:
             features=names,
             version=protocol.min_writer_version,
         )
+
+
+# Column types that need a reader and writer feature wherever they occur in the schema.
+_TYPE_FEATURES = {"timestamp_ntz": "timestampNtz", "variant": "variantType"}
+
+
+def type_names(schema_string: str) -> set[str]:
+    """The primitive type names a Delta schema uses, at any depth (empty for malformed JSON,
+    which is refused where the schema is parsed)."""
+    names: set[str] = set()
+
+    def walk(t: Any) -> None:
+        if isinstance(t, str):
+            names.add(t)
+        elif isinstance(t, dict):
+            for field in t.get("fields") or ():
+                walk(field.get("type") if isinstance(field, dict) else None)
+            for key in ("elementType", "keyType", "valueType"):
+                walk(t.get(key))
+
+    try:
+        walk(orjson.loads(schema_string))
+    except orjson.JSONDecodeError:
+        pass
+    return names
 
 
 def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protocol:
@@ -216,6 +243,10 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
     if props.CHECKPOINT_POLICY.get(configuration) == "v2":
         reader.add("v2Checkpoint")
         writer.add("v2Checkpoint")
+        needs_features = True
+    if props.ENABLE_TYPE_WIDENING.get(configuration) or props.TYPE_CHANGES_KEY in schema_string:
+        reader.add("typeWidening")
+        writer.add("typeWidening")
         needs_features = True
     columns = schema_features(schema_string)
     reader |= columns.reader

@@ -118,6 +118,7 @@ def restore(
                 configuration=dict(meta.configuration),
                 name=meta.name,
                 description=meta.description,
+                replace_table=True,  # the restored version's files were all written for its metadata
             )
         # Whole files move and no row is rewritten: read without cdc files, the commit's removes
         # are its deleted rows and its adds its inserted ones, which is what RESTORE changed.

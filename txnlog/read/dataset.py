@@ -155,7 +155,8 @@ def scan_batches(
                     continue
                 needed = _read_columns(schema, columns, filter)
                 for batch in context.batches(part, columns=needed, store=store, batch_rows=batch_size, parallel=parallel):
-                    yield from _filtered(batch, columns, filter).to_batches()
+                    # Acero's projection forgets NOT NULL: the batches take the projected schema back.
+                    yield from (pa.RecordBatch.from_arrays(b.columns, schema=projected) for b in _filtered(batch, columns, filter).to_batches())
             except TxnLogError:
                 raise
             except (OSError, pa.ArrowException) as e:

@@ -38,6 +38,7 @@ def write(
     *,
     target_file_size: int | None = None,
     partition_overwrite_mode: str = "static",
+    schema_mode: str | None = None,
 ) -> CommitResult | None:
     """Write ``df`` to the table at ``uri`` in one commit; the version committed, or None when
     nothing was written (``mode="ignore"`` on an existing table, ``app_version`` already done,
@@ -47,14 +48,17 @@ def write(
     matching it, and then every written row must match it too); "error" refuses an existing
     table; "ignore" leaves one alone. A table that does not exist is created with the
     DataFrame's schema, ``partition_by`` and ``properties``. ``app_id``/``app_version`` make the
-    write idempotent. ``merge_schema`` adds the DataFrame's new columns to the table (nullable).
+    write idempotent. ``merge_schema`` (``schema_mode="merge"``) adds the DataFrame's new
+    columns to the table (nullable) and applies allowed widenings; ``schema_mode="overwrite"``
+    with ``mode="overwrite"`` replaces the table's schema and partitioning (delta-spark's
+    ``overwriteSchema``).
     ``partition_overwrite_mode="dynamic"``: an overwrite replaces only the partitions ``df`` has
     rows in (Spark's ``partitionOverwriteMode``).
     """
     require_dataframe(df)
     options = WriteOptions(mode, tuple([partition_by] if isinstance(partition_by, str) else partition_by) if partition_by is not None else None,
                            replace_where, dict(properties or {}), app_id, app_version, merge_schema, target_file_size,
-                           partition_overwrite_mode=partition_overwrite_mode)
+                           partition_overwrite_mode=partition_overwrite_mode, schema_mode=schema_mode)
     table = Table(uri, storage_options)
     plan = table.plan_write(arrow_schema_of_struct(df.schema), options, table_schema=delta_schema_of(df.schema))
     if plan.context is None:

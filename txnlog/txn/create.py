@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
+from txnlog import properties as props
 from txnlog.errors import InvalidArgumentError, TableAlreadyExistsError
 from txnlog.log.filenames import LOG_DIR
 from txnlog.log.segment import LogListing
@@ -14,6 +16,7 @@ from txnlog.log.table_state import TableState
 from txnlog.snapshot import Snapshot, load_state
 from txnlog.storage.location import TableLocation
 from txnlog.txn.hooks import HookRegistry
+from txnlog.txn.schema_changes import column_path
 from txnlog.txn.transaction import OptimisticTransaction
 
 MODES = ("error", "ignore", "overwrite")
@@ -30,6 +33,7 @@ def create_table(
     description: str | None = None,
     hooks: HookRegistry | None = None,
     on_commit: Callable[[TableState], None] | None = None,
+    cluster_by: Sequence[str | Sequence[str]] = (),
 ) -> int | None:
     """Commit the first version of the table at ``location`` (or replace it with
     ``mode="overwrite"``); the version committed, or None when ``mode="ignore"`` found a table
@@ -57,5 +61,11 @@ def create_table(
         configuration=dict(properties or {}),
         name=name,
         description=description,
+        replace_table=True,
     )
+    if cluster_by:
+        txn.operation_parameters["clusterBy"] = orjson.dumps([".".join(column_path(c)) for c in cluster_by]).decode()
+        txn.cluster_by(cluster_by)
+    elif txn.snapshot is not None and txn.snapshot.domain_metadata(props.CLUSTERING_DOMAIN):
+        txn.cluster_by([])  # a replaced table keeps no clustering it did not ask for
     return int(txn.commit())

@@ -17,6 +17,7 @@ from txnlog.file_facts import physical_names
 from txnlog.log.actions import Format, Metadata, Protocol
 from txnlog.log.features import merge_protocols, protocol_for, writer_features
 from txnlog.schema import arrow_to_delta_schema, assign_column_mapping
+from txnlog.txn.schema_changes import SchemaChange, highest_column_id, inherit_column_mapping, plan_change
 
 
 def schema_string_of(schema: pa.Schema | str | Mapping[str, Any]) -> str:
@@ -56,11 +57,20 @@ def updated_metadata(
     schema: pa.Schema | str | Mapping[str, Any] | None = None,
     partition_columns: Sequence[str] | None = None,
     configuration: Mapping[str, str] | None = None,
+    unset_properties: Sequence[str] = (),
+    replace_table: bool = False,
     name: str | None = None,
     description: str | None = None,
     now_ms: int,
-) -> tuple[Metadata, Protocol | None]:
-    """The new metaData, and the protocol to write with it (None when the current one serves)."""
+    automatic_widening_only: bool = False,
+    clustering: str | None = None,
+) -> tuple[SchemaChange, Protocol | None]:
+    """The new metaData (in a :class:`SchemaChange` saying what it needs of the rows, decided
+    by :func:`~txnlog.txn.schema_changes.plan_change`), and the protocol to write with it (None
+    when the current one serves). ``configuration`` is merged into the table's properties;
+    ``unset_properties`` are removed. ``replace_table``: the metadata replaces the table's
+    wholesale (CREATE OR REPLACE, RESTORE, whose files are all written for it): properties are
+    not merged and the change rules do not apply."""
     if schema is not None:
         schema_string = schema_string_of(schema)
     elif base is not None:
@@ -70,11 +80,19 @@ def updated_metadata(
     if configuration is not None and not isinstance(configuration, Mapping):
         raise InvalidArgumentTypeError(f"configuration must be a mapping of strings, got {type(configuration).__name__}")
     base_conf = dict(base.configuration) if base else {}
-    conf = _configuration(base_conf, configuration) if configuration is not None else base_conf
+    requested = dict(configuration or {})
+    if not replace_table:
+        requested = {**base_conf, **requested}
+    unset = {k.lower() for k in unset_properties}
+    requested = {k: v for k, v in requested.items() if k.lower() not in unset}
+    conf = _configuration(base_conf, requested)
     directives = {k: v for k, v in conf.items() if _is_protocol_directive(k)}
     conf = {k: v for k, v in conf.items() if k not in directives}
     if props.COLUMN_MAPPING_MODE.get(conf) != "none":
-        schema_string, max_id = assign_column_mapping(schema_string, props.COLUMN_MAPPING_MAX_ID.get(conf))
+        if not replace_table:
+            schema_string = inherit_column_mapping(base, schema_string, conf)
+        start = max(props.COLUMN_MAPPING_MAX_ID.get(conf), highest_column_id(schema_string))
+        schema_string, max_id = assign_column_mapping(schema_string, start)
         conf[props.COLUMN_MAPPING_MAX_ID.key] = str(max_id)
     metadata = Metadata(
         id=base.id if base else str(uuid.uuid4()),
@@ -90,13 +108,17 @@ def updated_metadata(
     for column in metadata.partition_columns:
         if column not in table_schema.names:
             raise SchemaError(f"partition column {column!r} is not in the schema", field=column)
+    change = plan_change(None if replace_table else base, metadata, automatic_widening_only=automatic_widening_only,
+                         clustering=None if replace_table else clustering)
+    metadata = change.metadata
+    conf, schema_string = dict(metadata.configuration), metadata.schema_string
     required = protocol_for({**conf, **directives}, schema_string)
     new_protocol = merge_protocols(base_protocol, required) if base_protocol is not None else required
     if "rowTracking" in writer_features(new_protocol):
         names = _materialized_column_names(base_conf, conf, metadata)
         if names != {k: conf.get(k) for k in names}:
-            metadata = dataclasses.replace(metadata, configuration={**conf, **names})
-    return metadata, (new_protocol if new_protocol != base_protocol else None)
+            change.metadata = dataclasses.replace(metadata, configuration={**conf, **names})
+    return change, (new_protocol if new_protocol != base_protocol else None)
 
 
 def _materialized_column_names(base_conf: Mapping[str, str], conf: Mapping[str, str], metadata: Metadata) -> dict[str, str]:

@@ -30,13 +30,13 @@ import pyarrow.compute as pc
 
 from txnlog import properties as props
 from txnlog._version import __version__
-from txnlog.errors import ProtocolViolationError, TransactionError, UnsupportedFeatureError
+from txnlog.errors import ProtocolViolationError, SchemaChangeError, TransactionError, TxnLogError, UnsupportedFeatureError
 from txnlog.expressions import FilePredicate
 from txnlog.file_facts import file_keys
 from txnlog.log import codec
 from txnlog.log.actions import Action, AddCDCFile, AddFile, CommitInfo, DomainMetadata, Metadata, Protocol, Txn
 from txnlog.log.commits import Commit, read_commits
-from txnlog.log.features import protocol_for
+from txnlog.log.features import merge_protocols, protocol_for
 from txnlog.log.file_actions import FILES_SCHEMA
 from txnlog.log.filenames import commit_path
 from txnlog.log.replay import advance
@@ -55,8 +55,10 @@ from txnlog.txn.isolation import IsolationLevel
 from txnlog.txn.metadata import updated_metadata
 from txnlog.txn.rebase import Rebase, RebaseStep
 from txnlog.txn.retry import RetryPolicy
+from txnlog.txn.schema_changes import RowCheck, clustering_domain_configuration, column_path
 from txnlog.txn.staging import FileActions, StagedFiles, tombstones
 from txnlog.write.conform import IdentityAllocator
+from txnlog.write.constraints import check_constraints
 from txnlog.write.context import WriteContext
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows
 
@@ -157,6 +159,7 @@ class OptimisticTransaction(Located):
         self._staged: StagedFiles | None = None  # made on first use: it needs the metadata
         self._cdc: list[AddCDCFile] = []
         self._file_actions_are_the_changes = False
+        self._replaces_rows = False
         self._protocol: Protocol | None = None
         self._metadata: Metadata | None = None
         self._identity = IdentityAllocator()  # identity values of every write of this transaction
@@ -393,31 +396,79 @@ class OptimisticTransaction(Located):
         schema: pa.Schema | str | Mapping[str, Any] | None = None,
         partition_columns: Sequence[str] | None = None,
         configuration: Mapping[str, str] | None = None,
+        unset_properties: Sequence[str] = (),
         name: str | None = None,
         description: str | None = None,
+        replaces_rows: bool = False,
+        replace_table: bool = False,
+        automatic_widening_only: bool = False,
     ) -> Metadata:
         """Change the table's schema, partitioning, properties, name or description (once per
-        transaction). ``configuration`` replaces the properties (unknown ``delta.*``/``txnlog.*``
-        keys are refused); the protocol is upgraded if a property needs it."""
+        transaction). ``configuration`` is merged into the properties (unknown
+        ``delta.*``/``txnlog.*`` keys are refused) and ``unset_properties`` are removed; the
+        protocol is upgraded if a property or a column type needs it.
+
+        The change must be legal (:mod:`txnlog.txn.schema_changes`, else SchemaChangeError
+        naming the column and rule): a new CHECK constraint or NOT NULL column is checked here
+        against the live rows, read as part of this transaction (so a concurrent append
+        conflicts). ``replaces_rows``: this commit removes every live row (an overwrite), so
+        changes that existing rows would not survive (a dropped column without column mapping,
+        a narrowed type, new partition columns) are allowed; the commit checks that it does.
+        ``replace_table``: CREATE OR REPLACE or RESTORE, a wholesale replacement (properties
+        not merged, no change rules). ``automatic_widening_only``: schema evolution on write,
+        which may apply only the widenings delta-spark applies on write."""
         self._ensure_open()
         if self._metadata is not None:
             raise TransactionError("update_metadata may be called at most once per transaction")
         base = self.snapshot.metadata if self.snapshot is not None else None
         current = self.snapshot.protocol if self.snapshot is not None else None
-        metadata, protocol = updated_metadata(
+        change, protocol = updated_metadata(
             base,
             current,
             schema=schema,
             partition_columns=partition_columns,
             configuration=configuration,
+            unset_properties=unset_properties,
+            replace_table=replace_table,
             name=name,
             description=description,
             now_ms=_now_ms(),
+            automatic_widening_only=automatic_widening_only,
+            clustering=self.snapshot.domain_metadata(props.CLUSTERING_DOMAIN) if self.snapshot is not None else None,
         )
+        if self.snapshot is not None and not replace_table and (change.needs_no_rows or change.row_checks):
+            # Read in full: a concurrent append conflicts with what is checked here.
+            files = self.read_whole_table()
+            if replaces_rows:
+                self._replaces_rows = True
+            elif files.num_rows:
+                if change.needs_no_rows:
+                    raise change.needs_no_rows[0]
+                self._check_rows(change.row_checks, files)
         if protocol is not None:
             self._protocol = protocol
-        self._metadata = metadata
-        return metadata
+        self._metadata = change.metadata
+        return change.metadata
+
+    def _check_rows(self, checks: Sequence[RowCheck], files: pa.Table) -> None:
+        """Refuse the change unless every live row of ``files`` (deleted rows excluded)
+        satisfies every check."""
+        assert self.snapshot is not None
+        ctx = self.snapshot.read_context()
+        try:
+            predicates = [(check.field, FilePredicate(check.sql, ctx.schema, ctx.partition_columns)) for check in checks]
+        except TxnLogError as e:
+            raise SchemaChangeError(f"a new constraint does not apply to table {self.uri}: {e}", rule="CHECK constraint") from e
+        by_field = {check.field: check for check in checks}
+        for batch in ctx.batches(files, store=self.location.store):
+            try:
+                check_constraints(pa.Table.from_batches([batch]), predicates)
+            except ProtocolViolationError as e:
+                check = by_field[e.rule.removeprefix("constraint:")]
+                raise SchemaChangeError(
+                    f"cannot add {check.rule} {check.field} to table {self.uri}: live rows violate it ({e})",
+                    field=check.field, rule=check.rule,
+                ) from None
 
     def set_app_transaction(self, app_id: str, version: int) -> None:
         """Record that ``app_id`` has committed ``version`` (idempotent streaming writes)."""
@@ -430,6 +481,19 @@ class OptimisticTransaction(Located):
         if domain.startswith(props.RESERVED_DOMAIN_PREFIX):
             raise TransactionError(f"domain {domain!r} is reserved for the Delta protocol")
         self._domains[domain] = DomainMetadata(domain, configuration, removed)
+
+    def cluster_by(self, columns: Sequence[str | Sequence[str]]) -> None:
+        """Make ``columns`` (names, dotted paths or lists of names; empty: none) the table's
+        clustering columns: the ``delta.clustering`` domain, with the ``clustering`` and
+        ``domainMetadata`` writer features. Each column must have statistics collected."""
+        self._ensure_open()
+        paths = [column_path(c) for c in columns]
+        configuration = clustering_domain_configuration(self.metadata, paths)
+        self._domains[props.CLUSTERING_DOMAIN] = DomainMetadata(props.CLUSTERING_DOMAIN, configuration, False)
+        required = Protocol(1, 7, None, ("clustering", "domainMetadata"))
+        upgraded = merge_protocols(self.protocol, required)
+        if upgraded != self.protocol:
+            self._protocol = upgraded
 
     def set_operation_metrics(self, **metrics: int) -> None:
         self._metrics.update(metrics)
@@ -531,7 +595,7 @@ class OptimisticTransaction(Located):
             app_ids=self._read_app_ids | set(self._txns),
             domains=set(self._domains),
             removed_keys=file_keys(removes) if removes.num_rows else pa.array([], pa.string()),
-            changes_metadata=self._metadata is not None or self._protocol is not None,
+            changes_metadata=self._metadata is not None,
         )
 
     # -- 5. prepare -------------------------------------------------------------------------
@@ -652,6 +716,13 @@ class OptimisticTransaction(Located):
         self._advance_identity_marks(files)
         config = self.table_configuration
         removes = files.removes
+        if self._replaces_rows and self.snapshot is not None:
+            kept = pc.invert(pc.is_in(self.snapshot.state.file_keys(), value_set=file_keys(removes).cast(pa.string())))
+            if pc.any(kept).as_py():
+                raise TransactionError(
+                    f"update_metadata(replaces_rows=True) on table {self.uri}, but the commit keeps "
+                    f"{pc.sum(kept).as_py()} live file(s): the schema change needs every row replaced"
+                )
         self._check_protocol_rules(config, removes, _adds_change_data(files))
         self._check_deletion_vectors(config, files)
         isolation = self._isolation(config, files)

@@ -47,10 +47,13 @@ class WrittenFiles(WriterCommitMessage):
 
 
 def write_options(options: SourceOptions, mode: str, *, with_app: bool = True) -> WriteOptions:
-    """The write the data source's options ask for."""
+    """The write the data source's options ask for (``overwriteSchema`` wins over ``mergeSchema``
+    in an overwrite, as in delta-spark)."""
+    overwrites_schema = options.overwrite_schema and mode == "overwrite"
     return WriteOptions(mode, tuple(options.partition_by) if options.partition_by is not None else None, options.replace_where,
                         dict(options.properties), options.app_id if with_app else None, options.app_version if with_app else None,
-                        options.merge_schema, options.target_file_size)
+                        options.merge_schema and not overwrites_schema, options.target_file_size,
+                        schema_mode="overwrite" if overwrites_schema else None)
 
 
 def plan_write(options: SourceOptions, schema: StructType, overwrite: bool) -> SourceWrite:

@@ -24,7 +24,7 @@ from txnlog.properties import FAMILIES, PROPERTIES, PROPERTY_PREFIXES
 STORAGE_PREFIX = "storage."
 
 READ_OPTIONS = ("versionAsOf", "timestampAsOf", "filterPushdown", "maxPartitionBytes", "openCostInBytes", "minPartitions")
-WRITE_OPTIONS = ("replaceWhere", "mergeSchema", "txnAppId", "txnVersion", "partitionBy", "saveMode", "targetFileSize")
+WRITE_OPTIONS = ("replaceWhere", "mergeSchema", "overwriteSchema", "txnAppId", "txnVersion", "partitionBy", "saveMode", "targetFileSize")
 #: ``spark.readStream``'s own (``versionAsOf``/``timestampAsOf`` do not apply to a stream).
 STREAM_READ_OPTIONS = ("startingVersion", "startingTimestamp", "maxFilesPerTrigger", "maxBytesPerTrigger", "skipChangeCommits",
                        "readChangeFeed")
@@ -100,6 +100,7 @@ class SourceOptions:
     min_partitions: int = 1
     replace_where: str | None = None
     merge_schema: bool = False
+    overwrite_schema: bool = False
     app_id: str | None = None
     app_version: int | None = None
     partition_by: list[str] | None = None
@@ -178,6 +179,7 @@ class SourceOptions:
             min_partitions=_int(lowered, "minPartitions", minimum=1) or (os.cpu_count() or 1),
             replace_where=lowered.get("replacewhere"),
             merge_schema=_bool(lowered, "mergeSchema"),
+            overwrite_schema=_bool(lowered, "overwriteSchema"),
             app_id=app_id,
             app_version=app_version,
             partition_by=_column_list(partition_by) if partition_by is not None else None,
