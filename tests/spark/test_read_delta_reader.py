@@ -1,11 +1,13 @@
 """txnlog.spark.read and tx.read hand their scan to delta-spark's reader, pinned to txnlog's
-snapshot version, when delta-spark is in the session: the same rows as txnlog's own Spark
-reader (the conf off) on every layout, txnlog's checks still first, the reads still recorded."""
+snapshot version, when delta-spark is in the session and ``spark.txnlog.read.deltaReader`` is
+on: the same rows as txnlog's own Spark scan (the default) on every layout, txnlog's checks
+still first, the reads still recorded."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,24 @@ from txnlog.errors import UnsafePathError
 from txnlog.spark.delta import DELTA_READER_CONF
 
 pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def delta_reader(delta_spark: Any) -> Iterator[Any]:
+    """The shared session with delta-spark's reader turned on for txnlog's reads, restored after."""
+    delta_spark.conf.set(DELTA_READER_CONF, "true")
+    try:
+        yield delta_spark
+    finally:
+        delta_spark.conf.unset(DELTA_READER_CONF)
+
+
+def _own_scan(spark: Any, read: Callable[[], Any]) -> Any:
+    spark.conf.set(DELTA_READER_CONF, "false")
+    try:
+        return read()
+    finally:
+        spark.conf.set(DELTA_READER_CONF, "true")
 
 LAYOUTS = {
     "partitioned": ({}, ["p"]),
@@ -49,20 +69,16 @@ def _build(spark: Any, uri: str, properties: dict[str, str], partition_by: list[
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_reads_through_delta_spark_equal_txnlogs_own_reader(delta_spark: Any, tmp_path: Path, layout: str) -> None:
-    spark = delta_spark
+def test_reads_through_delta_spark_equal_txnlogs_own_reader(delta_reader: Any, tmp_path: Path, layout: str) -> None:
+    spark = delta_reader
     uri = str(tmp_path / "t")
     properties, partition_by = LAYOUTS[layout]
     _build(spark, uri, properties, partition_by)
     row_ids = "row-tracking" in layout
     cases = [(None, None), (None, "p = '1' and v > 500"), (1, "id < 100")]
     for version, predicate in cases:
-        spark.conf.set(DELTA_READER_CONF, "false")
-        try:
-            today = ts.read(spark, uri, version=version, predicate=predicate, with_row_ids=row_ids)
-            expected = _rows(today)
-        finally:
-            spark.conf.unset(DELTA_READER_CONF)
+        today = _own_scan(spark, lambda v=version, p=predicate: ts.read(spark, uri, version=v, predicate=p, with_row_ids=row_ids))
+        expected = _own_scan(spark, lambda d=today: _rows(d))
         native = ts.read(spark, uri, version=version, predicate=predicate, with_row_ids=row_ids)
         assert _delta_scan(native) and not _delta_scan(today)
         assert [(f.name, f.dataType) for f in native.schema] == [(f.name, f.dataType) for f in today.schema]
@@ -72,8 +88,8 @@ def test_reads_through_delta_spark_equal_txnlogs_own_reader(delta_spark: Any, tm
     assert len(_rows(ts.read(spark, uri, with_row_ids=row_ids))) == got.num_rows
 
 
-def test_a_transactions_read_goes_to_delta_spark_and_is_still_recorded(delta_spark: Any, tmp_path: Path) -> None:
-    spark = delta_spark
+def test_a_transactions_read_goes_to_delta_spark_and_is_still_recorded(delta_reader: Any, tmp_path: Path) -> None:
+    spark = delta_reader
     uri = str(tmp_path / "t")
     _build(spark, uri, {"delta.enableDeletionVectors": "true"}, ["p"])
     with ts.transaction(spark, uri, operation="UPDATE") as tx:
@@ -85,16 +101,12 @@ def test_a_transactions_read_goes_to_delta_spark_and_is_still_recorded(delta_spa
         assert not _delta_scan(staged) and staged.where("id = 9999").count() == 1
     info = txnlog.Table(uri).history(limit=1)[0].commit_info
     assert info.read_version == 3
-    spark.conf.set(DELTA_READER_CONF, "false")
-    try:
-        expected = ts.read(spark, uri, version=3, predicate="p = '2'").groupBy().sum("v").collect()[0][0]
-    finally:
-        spark.conf.unset(DELTA_READER_CONF)
+    expected = _own_scan(spark, lambda: ts.read(spark, uri, version=3, predicate="p = '2'").groupBy().sum("v").collect()[0][0])
     assert total == expected
 
 
-def test_a_log_entry_leaving_the_table_root_is_refused_before_delta_spark_sees_it(delta_spark: Any, tmp_path: Path) -> None:
-    spark = delta_spark
+def test_a_log_entry_leaving_the_table_root_is_refused_before_delta_spark_sees_it(delta_reader: Any, tmp_path: Path) -> None:
+    spark = delta_reader
     uri = tmp_path / "t"
     ts.write(spark.range(5), str(uri))
     outside = tmp_path / "outside.parquet"

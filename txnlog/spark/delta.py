@@ -44,7 +44,8 @@ _SCALA = "2.13"
 JARS_DIR_ENV = "TXNLOG_DELTA_JARS_DIR"
 _EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 _CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-#: Spark conf: ``false`` keeps txnlog's reads on Spark's Parquet reader even with delta-spark in the session.
+#: Spark conf: ``true`` hands txnlog's reads to delta-spark's reader when delta-spark is in the
+#: session. Off by default: measured (docs/benchmarks.md, issue 26), txnlog's own scan was faster.
 DELTA_READER_CONF = "spark.txnlog.read.deltaReader"
 # Written beside the jars: the coordinate they were resolved for, so a new pin fetches again.
 _STAMP = "COORDINATE"
@@ -97,12 +98,12 @@ def with_delta(builder: Any, *, jars_dir: str | os.PathLike[str] | None = None) 
 
 
 def delta_in_session(spark: Any) -> bool:
-    """Whether txnlog's reads may hand their scans to delta-spark's reader in ``spark``: its
-    session extension is configured (a public, static conf, read the same way over Spark
-    Connect) and :data:`DELTA_READER_CONF` is not ``false``."""
+    """Whether txnlog's reads hand their scans to delta-spark's reader in ``spark``: its session
+    extension is configured (a public, static conf, read the same way over Spark Connect) and
+    :data:`DELTA_READER_CONF` is ``true``."""
     try:
         extensions = spark.conf.get("spark.sql.extensions", "") or ""
-        enabled = (spark.conf.get(DELTA_READER_CONF, "true") or "true").strip().lower() != "false"
+        enabled = (spark.conf.get(DELTA_READER_CONF, "false") or "false").strip().lower() == "true"
     except Exception:  # noqa: BLE001 - a session that cannot answer reads as today
         return False
     return enabled and _EXTENSION in extensions.split(",")

@@ -102,8 +102,8 @@ def read_snapshot(
 ) -> DataFrame:
     """The rows of ``snapshot`` matching ``predicate``, where ``files`` is
     ``snapshot.files(predicate)``: the list txnlog checked (every path inside the table root) and
-    records as read. With delta-spark in the session (:func:`~txnlog.spark.delta.delta_in_session`)
-    the scan is delta-spark's reader pinned to the snapshot's version, which applies column
+    records as read. With delta-spark in the session and its reader turned on
+    (:func:`~txnlog.spark.delta.delta_in_session`) the scan is delta-spark's reader pinned to the snapshot's version, which applies column
     mapping, deletion vectors and row ids in the JVM and skips files by the same predicate;
     else :func:`read_files` reads ``files``."""
     df = _delta_scan(spark, snapshot, files, with_row_ids) if delta_in_session(spark) else None
