@@ -92,7 +92,7 @@ def test_schema_modes_as_deltalake(tmp_path: Path) -> None:
     key = ["id", "region", "amount", "note"]
     ours_rows = sorted(txnlog.Table(ours).snapshot().to_arrow().select(key).to_pylist(), key=lambda r: r["id"])
     assert ours_rows == sorted(deltalake.DeltaTable(theirs).to_pyarrow_table().select(key).to_pylist(), key=lambda r: r["id"])
-    with pytest.raises(InvalidArgumentError, match="needs mode='overwrite'"):
+    with pytest.raises(InvalidArgumentError, match="goes with mode='overwrite'"):
         txnlog.write_table(ours, other, mode="append", schema_mode="overwrite")
     txnlog.write_table(ours, other, mode="overwrite", schema_mode="overwrite")
     deltalake.write_deltalake(theirs, other, mode="overwrite", schema_mode="overwrite")

@@ -23,3 +23,16 @@ def dml_regime(request: pytest.FixtureRequest, spark: Any) -> Iterator[str]:
             spark.conf.unset(DRIVER_SCAN_CELLS_CONF)
         else:
             spark.conf.set(DRIVER_SCAN_CELLS_CONF, before)
+
+
+@pytest.fixture
+def own_scan(spark: Any) -> Iterator[Any]:
+    """The shared session with txnlog's reads on txnlog's own Spark scan, not handed to
+    delta-spark's reader (for tests of that scan's plan), restored after."""
+    from txnlog.spark.delta import DELTA_READER_CONF
+
+    spark.conf.set(DELTA_READER_CONF, "false")
+    try:
+        yield spark
+    finally:
+        spark.conf.unset(DELTA_READER_CONF)

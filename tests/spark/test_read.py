@@ -17,6 +17,7 @@ from txnlog.spark.reader import ROW_INDEX_COLUMN
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.usefixtures("own_scan")  # the plan of txnlog's own scan
 def test_predicate_prunes_files_before_spark_and_filters_rows(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     ts.write(spark.range(0, 40).selectExpr("id", "cast(id % 4 as string) as p"), uri, partition_by=["p"])
@@ -68,6 +69,7 @@ def test_a_table_another_engine_wrote_with_dots_spaces_and_backticks_in_names(sp
     assert sorted(r[0] for r in ts.read(spark, uri, predicate="`c d` = 'y' AND `a.b` > 2").collect()) == [4]
 
 
+@pytest.mark.usefixtures("own_scan")  # the plan of txnlog's own scan
 def test_deletion_vectors_are_applied_by_each_row_position_without_a_join_on_deleted_rows(spark: Any, tmp_path: Path) -> None:
     """Dense, sparse (first and last row only, blocks apart) and no deletions: each file's
     deleted rows leave, the others keep their physical position, and the plan joins the rows
@@ -95,6 +97,7 @@ def test_deletion_vectors_are_applied_by_each_row_position_without_a_join_on_del
     assert ts.read(spark, uri, version=3).count() == 3 * per_file  # before the deletes
 
 
+@pytest.mark.usefixtures("own_scan")  # the plan of txnlog's own scan
 def test_sparse_deletes_travel_as_a_two_level_bitset_and_keep_every_other_row(spark: Any, tmp_path: Path) -> None:
     """Three deleted rows blocks apart in a file of 100,000: a flat bitset would take a bit per
     row up to the last deleted one, the two-level one a word array per block holding a delete."""
@@ -111,6 +114,7 @@ def test_sparse_deletes_travel_as_a_two_level_bitset_and_keep_every_other_row(sp
     assert "_txnlog_deleted_blocks" in plan, plan
 
 
+@pytest.mark.usefixtures("own_scan")  # the plan of txnlog's own scan
 def test_rows_of_files_without_a_deletion_vector_are_not_joined_to_their_file(spark: Any, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     table = txnlog.Table.create(uri, pa.schema([("id", pa.int64())]), properties={"delta.enableDeletionVectors": "true"})

@@ -23,7 +23,7 @@ from txnlog import Table, Timestamp
 from txnlog.file_facts import parse_partition_values
 from txnlog.log import VersionChanges
 from txnlog.read import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, ChangeScan, change_scans
-from txnlog.spark.common import hadoop_path, path_key, spark_path_key
+from txnlog.spark.common import path_key, read_parquet_files, spark_path_key
 from txnlog.spark.reader import logical_columns, table_schemas
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class _Entries:
             values = parse_partition_values(files, self.snapshot.schema, partitions, self.snapshot.configuration)
             for name in values.column_names:
                 entries = entries.append_column(name, values.column(name))
-        df = spark.read.schema(schema).parquet(*[hadoop_path(u) for u in sorted({r["uri"] for r in rows})])
+        df = read_parquet_files(spark, schema, sorted({r["uri"] for r in rows}))
         df = df.select("*", spark_path_key(F.col("_metadata.file_path")).alias(_KEY), F.col("_metadata.row_index").alias(_ROW))
         df = df.join(F.broadcast(spark.createDataFrame(entries)), on=_KEY, how="inner")
         wanted = set(ids)

@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 # Characters Hadoop's glob matcher treats specially in a path given to spark.read.
 _GLOB = re.compile(r"([\\\[\]{}*?])")
 # A URI scheme and the slashes after it: what differs between how txnlog and Spark print a path.
@@ -89,6 +89,47 @@ def hadoop_path(uri: str) -> str:
         raise InvalidArgumentError(f"Spark cannot read {uri}: memory:// tables live only in this Python process")
     escaped = _GLOB.sub(r"\\\1", rest)
     return f"{_HADOOP_SCHEMES.get(scheme, scheme)}://{escaped}"
+
+
+def hadoop_table_path(uri: str) -> str:
+    """A table root URI as a path for ``spark.read.format("delta").load``: Hadoop's scheme names
+    (no glob escaping: a table path is not a pattern)."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    if scheme == "memory":
+        raise InvalidArgumentError(f"Spark cannot read {uri}: memory:// tables live only in this Python process")
+    return f"{_HADOOP_SCHEMES.get(scheme, scheme)}://{rest}"
+
+
+#: Spark's bound on the paths it lists on the driver; past it, listing them is a Spark job.
+LISTING_THRESHOLD_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+# Local files listed on the driver at most: a status each, cheap next to a job's tasks.
+_DRIVER_LISTED_LOCAL_FILES = 100_000
+
+
+def read_parquet_files(spark: SparkSession, schema: StructType, uris: list[str]) -> DataFrame:
+    """``spark.read.schema(schema).parquet`` of the data files ``uris`` (txnlog's file list).
+
+    Spark looks up every path it is given (its listing), and past 32 paths it does so in a Spark
+    job of one task per path: on a local table of 100 files that job cost more than the scan of
+    10M rows (profiled for issue 26). Local files are therefore listed on the driver, where a
+    status costs microseconds, by raising Spark's bound while the DataFrame is made (classic
+    sessions list then; over Spark Connect the plan is analysed later and keeps Spark's bound).
+    Object stores keep Spark's job: there a status is a request, worth spreading."""
+    paths = [hadoop_path(u) for u in uris]
+    local = all(u.startswith("file:") or "://" not in u for u in uris)
+    if not local or len(paths) > _DRIVER_LISTED_LOCAL_FILES:
+        return spark.read.schema(schema).parquet(*paths)
+    before = spark.conf.get(LISTING_THRESHOLD_CONF, None)
+    spark.conf.set(LISTING_THRESHOLD_CONF, str(max(len(paths), 32)))
+    try:
+        return spark.read.schema(schema).parquet(*paths)
+    finally:
+        if before is None:
+            spark.conf.unset(LISTING_THRESHOLD_CONF)
+        else:
+            spark.conf.set(LISTING_THRESHOLD_CONF, before)
 
 
 def path_key(uri: str) -> str:
@@ -190,8 +231,10 @@ __all__ = [
     "delta_schema_of",
     "encode_error",
     "hadoop_path",
+    "hadoop_table_path",
     "job_error",
     "path_key",
+    "read_parquet_files",
     "quote_column",
     "require_dataframe",
     "spark_path_key",

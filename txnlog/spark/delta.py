@@ -24,7 +24,16 @@ from typing import Any
 
 from txnlog.errors import StorageError, UnsupportedFeatureError
 
-__all__ = ["DELTA_SPARK_VERSION", "JARS_DIR_ENV", "delta_jars", "delta_package", "fetch_delta_jars", "with_delta"]
+__all__ = [
+    "DELTA_READER_CONF",
+    "DELTA_SPARK_VERSION",
+    "JARS_DIR_ENV",
+    "delta_in_session",
+    "delta_jars",
+    "delta_package",
+    "fetch_delta_jars",
+    "with_delta",
+]
 
 # The newest delta-spark whose JVM artifacts Maven Central serves (4.4.1 exists on PyPI only).
 DELTA_SPARK_VERSION = "4.4.0"
@@ -35,6 +44,9 @@ _SCALA = "2.13"
 JARS_DIR_ENV = "TXNLOG_DELTA_JARS_DIR"
 _EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 _CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+#: Spark conf: ``true`` hands txnlog's reads to delta-spark's reader when delta-spark is in the
+#: session. Off by default: measured (docs/benchmarks.md, issue 26), txnlog's own scan was faster.
+DELTA_READER_CONF = "spark.txnlog.read.deltaReader"
 # Written beside the jars: the coordinate they were resolved for, so a new pin fetches again.
 _STAMP = "COORDINATE"
 
@@ -83,6 +95,18 @@ def with_delta(builder: Any, *, jars_dir: str | os.PathLike[str] | None = None) 
     if jars:
         return builder.config("spark.jars", ",".join(str(j) for j in jars))
     return builder.config("spark.jars.packages", package)
+
+
+def delta_in_session(spark: Any) -> bool:
+    """Whether txnlog's reads hand their scans to delta-spark's reader in ``spark``: its session
+    extension is configured (a public, static conf, read the same way over Spark Connect) and
+    :data:`DELTA_READER_CONF` is ``true``."""
+    try:
+        extensions = spark.conf.get("spark.sql.extensions", "") or ""
+        enabled = (spark.conf.get(DELTA_READER_CONF, "false") or "false").strip().lower() == "true"
+    except Exception:  # noqa: BLE001 - a session that cannot answer reads as today
+        return False
+    return enabled and _EXTENSION in extensions.split(",")
 
 
 _FETCH = """

@@ -38,7 +38,8 @@ from txnlog.errors import InvalidArgumentError, LogCorruptError, TxnLogError
 from txnlog.file_facts import parse_partition_values
 from txnlog.log import DeletionVectorError
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
-from txnlog.spark.common import column, hadoop_path, path_key, spark_path_key, spark_schema_of
+from txnlog.spark.common import SPARK_FAILURES, column, hadoop_table_path, path_key, read_parquet_files, spark_path_key, spark_schema_of
+from txnlog.spark.delta import delta_in_session
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -93,10 +94,46 @@ def read(
     """
     table = Table(uri, storage_options, allow_absolute_paths=allow_absolute_paths)
     snapshot = table.snapshot(version=version, timestamp=timestamp)
-    df = read_files(spark, snapshot, snapshot.files(predicate, stats=False), with_row_ids=with_row_ids)
+    return read_snapshot(spark, snapshot, snapshot.files(predicate, stats=False), predicate, with_row_ids=with_row_ids)
+
+
+def read_snapshot(
+    spark: SparkSession, snapshot: Snapshot, files: pa.Table, predicate: str | None, *, with_row_ids: bool = False
+) -> DataFrame:
+    """The rows of ``snapshot`` matching ``predicate``, where ``files`` is
+    ``snapshot.files(predicate)``: the list txnlog checked (every path inside the table root) and
+    records as read. With delta-spark in the session and its reader turned on
+    (:func:`~txnlog.spark.delta.delta_in_session`) the scan is delta-spark's reader pinned to the snapshot's version, which applies column
+    mapping, deletion vectors and row ids in the JVM and skips files by the same predicate;
+    else :func:`read_files` reads ``files``."""
+    df = _delta_scan(spark, snapshot, files, with_row_ids) if delta_in_session(spark) else None
+    if df is None:
+        df = read_files(spark, snapshot, files, with_row_ids=with_row_ids)
     if predicate is not None:
         df = df.filter(F.expr(predicate))
     return df
+
+
+def _delta_scan(spark: SparkSession, snapshot: Snapshot, files: pa.Table, with_row_ids: bool) -> DataFrame | None:
+    """delta-spark's scan of ``snapshot`` (``versionAsOf``), in the table's logical columns, after
+    txnlog's own checks of ``files``; None when delta-spark cannot plan it (then txnlog's reader,
+    whose errors name what is wrong, reads the files)."""
+    for path in files.column("path").to_pylist():
+        snapshot.locate(path)  # UnsafePathError on escapes, before anything is handed over
+    logical, _ = table_schemas(snapshot)
+    # A cast drops delta-spark's field metadata (column mapping ids, physical names): the
+    # DataFrame has the schema txnlog's own reader gives.
+    columns = [column(f.name).cast(f.dataType).alias(f.name) for f in logical.fields]
+    if with_row_ids:
+        _row_tracking_columns(snapshot, files)
+        columns += [F.col("_metadata.row_id").alias(ROW_ID), F.col("_metadata.row_commit_version").alias(ROW_COMMIT_VERSION)]
+    try:
+        df = spark.read.format("delta").option("versionAsOf", snapshot.version).load(hadoop_table_path(snapshot.uri))
+        return df.select(*columns)
+    except TxnLogError:
+        return None
+    except SPARK_FAILURES:
+        return None
 
 
 def table_schemas(snapshot: Snapshot) -> tuple[StructType, StructType]:
@@ -264,7 +301,7 @@ def read_files(
     partitions = list(snapshot.partition_columns)
     need_join = bool(partitions) or deleted is not None or with_file_column or with_row_index or with_row_ids
 
-    df = spark.read.schema(file_schema).parquet(*[hadoop_path(u) for u in sorted(set(uris))])
+    df = read_parquet_files(spark, file_schema, sorted(set(uris)))
     if need_join:
         file_rows = pa.table({_KEY: pa.array(keys, pa.string()), FILE_COLUMN: files.column("path")})
         if deleted is not None:
@@ -329,4 +366,4 @@ def _row_tracking_columns(snapshot: Snapshot, files: pa.Table) -> tuple[str, str
     return columns.row_id, columns.row_commit_version
 
 
-__all__ = ["FILE_COLUMN", "ROW_INDEX_COLUMN", "logical_columns", "read", "read_files", "table_schemas"]
+__all__ = ["FILE_COLUMN", "ROW_INDEX_COLUMN", "logical_columns", "read", "read_files", "read_snapshot", "table_schemas"]

@@ -22,7 +22,7 @@ from txnlog.dml import RowChangePlan, files_table
 from txnlog.errors import FileNotLiveError, InvalidArgumentTypeError, TransactionError
 from txnlog.spark.change_data import ChangeRows
 from txnlog.spark.common import require_dataframe
-from txnlog.spark.reader import read_files
+from txnlog.spark.reader import read_files, read_snapshot
 from txnlog.spark.row_changes import StagedRows, run_delete, run_update
 from txnlog.spark.tasks import check_schema, write_files
 
@@ -105,7 +105,10 @@ class SparkTransaction:
     def read(self, predicate: str | None = None) -> DataFrame:
         """The rows matching ``predicate`` (all when None) as a DataFrame; the files and the
         predicate are recorded as read."""
-        df = read_files(self.spark, self.snapshot, self.files(predicate))
+        files = self.files(predicate)
+        if self._view is None:  # nothing staged yet: the snapshot's rows, whichever reader reads them
+            return read_snapshot(self.spark, self.snapshot, files, predicate)
+        df = read_files(self.spark, self.snapshot, files)
         if predicate is not None:
             df = df.filter(F.expr(predicate))
         return df

@@ -7,6 +7,7 @@ driver commit once, with the checks of :func:`txnlog.spark.write`.
 
 - :mod:`~txnlog.spark.datasource.options`: the options both halves accept;
 - :mod:`~txnlog.spark.datasource.batch_read`: planning, filter pushdown, read tasks;
+- :mod:`~txnlog.spark.datasource.change_read`: a batch read of the change data feed (``readChangeFeed``);
 - :mod:`~txnlog.spark.datasource.batch_write`: plan, tasks, one commit;
 - :mod:`~txnlog.spark.datasource.stream_read`: ``spark.readStream``, offsets and rate limits;
 - :mod:`~txnlog.spark.datasource.stream_write`: ``df.writeStream``, one commit per batch, exactly once.
@@ -20,9 +21,11 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, DataSourceStreamWriter, DataSourceWriter
 from pyspark.sql.types import StructType
 
+from txnlog.errors import TxnLogError
 from txnlog.spark.datasource.batch_read import FilteringTableReader, TableReader, open_snapshot, table_schema
 from txnlog.spark.datasource.batch_write import TableWriter, plan_write
-from txnlog.spark.datasource.options import STREAM_READ_OPTIONS, SourceOptions
+from txnlog.spark.datasource.change_read import ChangeFeedReader, change_feed_read_schema
+from txnlog.spark.datasource.options import CHANGE_FEED_READ_OPTIONS, STREAM_READ_OPTIONS, SourceOptions
 from txnlog.spark.datasource.stream_read import TableStreamReader, stream_schema
 from txnlog.spark.datasource.stream_write import TableStreamWriter
 
@@ -31,6 +34,11 @@ if TYPE_CHECKING:
 
 #: The format name: ``spark.read.format(NAME)``.
 NAME = "txnlog"
+# Options only a stream takes, and those only a batch read of the change feed takes.
+_STREAM_ONLY = {n.lower() for n in STREAM_READ_OPTIONS} - {n.lower() for n in CHANGE_FEED_READ_OPTIONS}
+_CHANGE_FEED_ENDS = {"endingversion", "endingtimestamp"}
+_STARTS = {"startingversion", "startingtimestamp"}
+
 #: The session setting without which Spark refuses a reader that takes pushed filters.
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -50,16 +58,29 @@ class TxnlogDataSource(DataSource):
 
     def schema(self) -> StructType:
         # Spark does not say whether a read or a stream asks: an option of the other kind is
-        # refused by reader() / streamReader().
-        lowered = {str(k).lower() for k in self.options}
-        streaming = bool(lowered & {n.lower() for n in STREAM_READ_OPTIONS})
-        options = SourceOptions.parse(self.options, writing=False, streaming=streaming)
+        # refused by reader() / streamReader(). A change feed read with a start and no end may
+        # be either; both read it in the latest version's schema.
+        lowered = {str(k).lower(): str(v) for k, v in self.options.items()}
+        if lowered.keys() & _CHANGE_FEED_ENDS and not lowered.keys() & _STREAM_ONLY:
+            options = SourceOptions.parse(self.options, writing=False)
+            self.pinned_version = open_snapshot(options).version
+            return change_feed_read_schema(options, self.pinned_version)
+        streaming = bool(lowered.keys() & _STREAM_ONLY or lowered.keys() & _STARTS or lowered.get("readchangefeed", "").strip().lower() == "true")
+        try:
+            options = SourceOptions.parse(self.options, writing=False, streaming=streaming)
+        except TxnLogError:
+            if not streaming or lowered.keys() & _STREAM_ONLY:
+                raise
+            SourceOptions.parse(self.options, writing=False)  # a batch read's own error, when it is one
+            raise
         snapshot = open_snapshot(options)
         self.pinned_version = snapshot.version
         return stream_schema(options, snapshot) if streaming else table_schema(snapshot)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = SourceOptions.parse(self.options, writing=False)
+        if options.read_change_feed:
+            return ChangeFeedReader(options, self.pinned_version, schema)
         kind = FilteringTableReader if options.filter_pushdown else TableReader
         return kind(options, open_snapshot(options, self.pinned_version), schema)
 

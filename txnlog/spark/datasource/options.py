@@ -24,6 +24,8 @@ from txnlog.properties import FAMILIES, PROPERTIES, PROPERTY_PREFIXES
 STORAGE_PREFIX = "storage."
 
 READ_OPTIONS = ("versionAsOf", "timestampAsOf", "filterPushdown", "maxPartitionBytes", "openCostInBytes", "minPartitions")
+#: A batch read of the change data feed (``spark.read``), as delta-spark users write it.
+CHANGE_FEED_READ_OPTIONS = ("readChangeFeed", "startingVersion", "endingVersion", "startingTimestamp", "endingTimestamp")
 WRITE_OPTIONS = ("replaceWhere", "mergeSchema", "overwriteSchema", "txnAppId", "txnVersion", "partitionBy", "saveMode", "targetFileSize")
 #: ``spark.readStream``'s own (``versionAsOf``/``timestampAsOf`` do not apply to a stream).
 STREAM_READ_OPTIONS = ("startingVersion", "startingTimestamp", "maxFilesPerTrigger", "maxBytesPerTrigger", "skipChangeCommits",
@@ -85,6 +87,28 @@ def _column_list(raw: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
 
 
+def _check_change_feed_read(
+    lowered: Mapping[str, str], uri: str, read_change_feed: bool, starting_latest: bool, version: int | None, timestamp: str | None
+) -> None:
+    """A batch read's change feed options: the range bounds only with ``readChangeFeed``, which
+    needs a start and takes no time travel (its range says which versions it reads)."""
+    bounds = [n for n in CHANGE_FEED_READ_OPTIONS[1:] if n.lower() in lowered]
+    if not read_change_feed:
+        if bounds:
+            raise InvalidArgumentError(
+                f"option {bounds[0]} of spark.read.format(\"txnlog\") applies with readChangeFeed=true (or to spark.readStream) (table {uri})"
+            )
+        return
+    if "startingversion" not in lowered and "startingtimestamp" not in lowered:
+        raise InvalidArgumentError(f"a batch read of the change data feed needs startingVersion or startingTimestamp (table {uri})")
+    if starting_latest:
+        raise InvalidArgumentError(f"startingVersion=latest applies to spark.readStream; a batch read of the change feed needs a version (table {uri})")
+    if version is not None or timestamp is not None:
+        raise InvalidArgumentError(f"versionAsOf/timestampAsOf do not apply with readChangeFeed: the range says which versions are read (table {uri})")
+    if "filterpushdown" in lowered:
+        raise InvalidArgumentError(f"filterPushdown does not apply with readChangeFeed (table {uri})")
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """What ``format("txnlog")`` was asked to do, parsed and checked."""
@@ -114,6 +138,8 @@ class SourceOptions:
     max_bytes_per_trigger: int | None = None
     skip_change_commits: bool = False
     read_change_feed: bool = False
+    ending_version: int | None = None  # a batch read of the change feed
+    ending_timestamp: str | None = None
     checkpoint_location: str | None = None
 
     @classmethod
@@ -125,6 +151,8 @@ class SourceOptions:
             verb = ("start(uri)" if streaming else "save(uri)") if writing else "load(uri)"
             raise InvalidArgumentError(f'format("txnlog") needs the table URI: {verb}')
         accepted_names = (WRITE_OPTIONS if writing else READ_OPTIONS) + ((STREAM_WRITE_OPTIONS if writing else STREAM_READ_OPTIONS) if streaming else ())
+        if not writing and not streaming:
+            accepted_names += CHANGE_FEED_READ_OPTIONS
         if streaming and not writing:  # a stream has no time travel
             accepted_names = tuple(n for n in accepted_names if n not in ("versionAsOf", "timestampAsOf"))
         known = {n.lower() for n in accepted_names} | {_PATH}
@@ -166,6 +194,13 @@ class SourceOptions:
         starting_timestamp = lowered.get("startingtimestamp")
         if starting is not None and starting_timestamp is not None:
             raise InvalidArgumentError(f"pass startingVersion or startingTimestamp, not both (table {uri})")
+        ending_version = _int(lowered, "endingVersion", minimum=0)
+        ending_timestamp = lowered.get("endingtimestamp")
+        if ending_version is not None and ending_timestamp is not None:
+            raise InvalidArgumentError(f"pass endingVersion or endingTimestamp, not both (table {uri})")
+        read_change_feed = _bool(lowered, "readChangeFeed")
+        if not writing and not streaming:
+            _check_change_feed_read(lowered, uri, read_change_feed, starting_latest, version, timestamp)
         return cls(
             uri=uri,
             storage_options=storage,
@@ -191,12 +226,15 @@ class SourceOptions:
             max_files_per_trigger=_int(lowered, "maxFilesPerTrigger", minimum=1),
             max_bytes_per_trigger=_int(lowered, "maxBytesPerTrigger", minimum=1),
             skip_change_commits=_bool(lowered, "skipChangeCommits"),
-            read_change_feed=_bool(lowered, "readChangeFeed"),
+            ending_version=ending_version,
+            ending_timestamp=ending_timestamp,
+            read_change_feed=read_change_feed,
             checkpoint_location=lowered.get("checkpointlocation"),
         )
 
 
 __all__ = [
+    "CHANGE_FEED_READ_OPTIONS",
     "DEFAULT_MAX_PARTITION_BYTES",
     "DEFAULT_OPEN_COST_BYTES",
     "READ_OPTIONS",
