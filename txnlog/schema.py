@@ -141,8 +141,9 @@ def delta_field_metadata(field: pa.Field) -> dict[str, Any]:
     return {}
 
 
-def assign_column_mapping(schema_string: str, start_id: int = 0) -> tuple[str, int]:
-    """Give every field without one a column mapping id and a physical name.
+def assign_column_mapping(schema_string: str, start_id: int = 0, *, keep_names: bool = False) -> tuple[str, int]:
+    """Give every field without one a column mapping id and a physical name: a new one, or its
+    own name with ``keep_names`` (mapping turned on for a table whose data files name columns so).
 
     Returns the new schemaString and the highest id used (``delta.columnMapping.maxColumnId``).
     """
@@ -164,7 +165,7 @@ def assign_column_mapping(schema_string: str, start_id: int = 0) -> tuple[str, i
         if props.COLUMN_MAPPING_ID_KEY not in meta:
             next_id += 1
             meta[props.COLUMN_MAPPING_ID_KEY] = next_id
-            meta[props.PHYSICAL_NAME_KEY] = f"col-{uuid.uuid4()}"
+            meta[props.PHYSICAL_NAME_KEY] = f["name"] if keep_names else f"col-{uuid.uuid4()}"
         else:
             next_id = max(next_id, int(meta[props.COLUMN_MAPPING_ID_KEY]))
         return {**f, "type": visit_type(f["type"]), "metadata": meta}

@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 
 from txnlog import properties as props
-from txnlog.errors import InvalidArgumentTypeError, SchemaError, TransactionError
+from txnlog.errors import InvalidArgumentTypeError, InvalidTablePropertyError, SchemaError, TransactionError
 from txnlog.file_facts import physical_names
 from txnlog.log.actions import Format, Metadata, Protocol
 from txnlog.log.features import merge_protocols, protocol_for, writer_features
@@ -73,8 +73,18 @@ def updated_metadata(
     conf = _configuration(base_conf, configuration) if configuration is not None else base_conf
     directives = {k: v for k, v in conf.items() if _is_protocol_directive(k)}
     conf = {k: v for k, v in conf.items() if k not in directives}
-    if props.COLUMN_MAPPING_MODE.get(conf) != "none":
-        schema_string, max_id = assign_column_mapping(schema_string, props.COLUMN_MAPPING_MAX_ID.get(conf))
+    mode = props.COLUMN_MAPPING_MODE.get(conf)
+    if mode != "none":
+        # Turned on for a table with data: its files name columns by their logical names, which
+        # become the physical names (as delta-spark does); ids are not in those files.
+        turned_on = base is not None and props.COLUMN_MAPPING_MODE.get(base_conf) == "none"
+        if turned_on and mode == "id":
+            raise InvalidTablePropertyError(
+                f"{props.COLUMN_MAPPING_MODE.key}=id cannot be turned on for an existing table, whose data files have no "
+                "field ids; use 'name'",
+                key=props.COLUMN_MAPPING_MODE.key,
+            )
+        schema_string, max_id = assign_column_mapping(schema_string, props.COLUMN_MAPPING_MAX_ID.get(conf), keep_names=turned_on)
         conf[props.COLUMN_MAPPING_MAX_ID.key] = str(max_id)
     metadata = Metadata(
         id=base.id if base else str(uuid.uuid4()),
