@@ -147,20 +147,18 @@ def _write_commit(table: Table, *actions: dict[str, Any]) -> None:
     table.store.put_if_absent(commit_path(table.snapshot().version + 1), body)
 
 
-def test_a_winner_dropping_a_feature_conflicts(tmp_path):
+@pytest.mark.parametrize(
+    "writer_features, reason",
+    [
+        (["appendOnly", "invariants"], "dropped features.*domainMetadata"),  # a downgrade
+        (["appendOnly", "invariants", "domainMetadata", "materializePartitionColumns"], "materializePartitionColumns"),  # unwritable
+    ],
+)
+def test_a_protocol_that_drops_a_feature_or_txnlog_cannot_write_conflicts(tmp_path, writer_features, reason):
     t = make(tmp_path, **{"delta.feature.domainMetadata": "supported"})
     loser = deleter(t)
-    _write_commit(t, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": ["appendOnly", "invariants"]}})
-    with pytest.raises(ProtocolChangedError, match="dropped features.*domainMetadata"):
-        loser.commit()
-
-
-def test_a_protocol_txnlog_cannot_write_conflicts(tmp_path):
-    t = make(tmp_path)
-    loser = deleter(t)
-    features = ["appendOnly", "invariants", "materializePartitionColumns"]
-    _write_commit(t, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": features}})
-    with pytest.raises(ProtocolChangedError, match="materializePartitionColumns"):
+    _write_commit(t, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": writer_features}})
+    with pytest.raises(ProtocolChangedError, match=reason):
         loser.commit()
 
 
@@ -231,3 +229,16 @@ def test_a_transaction_with_no_actions_commits_under_snapshot_isolation(tmp_path
         w.write(rows(4))
     assert loser.commit() == w.result + 1
     assert t.history(1)[0].commit_info.isolation_level == "SnapshotIsolation"
+
+
+def test_turning_column_mapping_on_keeps_the_data_and_refuses_id_mode(tmp_path):
+    """Existing files name columns by their logical names: those become the physical names."""
+    from txnlog.errors import InvalidTablePropertyError
+
+    t = make(tmp_path)
+    with pytest.raises(InvalidTablePropertyError, match="id cannot be turned on for an existing table"):
+        set_properties(t, **{"delta.columnMapping.mode": "id"})
+    set_properties(t, **{"delta.columnMapping.mode": "name"})
+    fields = orjson.loads(t.snapshot().metadata.schema_string)["fields"]
+    assert [f["metadata"]["delta.columnMapping.physicalName"] for f in fields] == ["id", "v"]
+    assert sorted(t.snapshot().to_arrow().column("id").to_pylist()) == [1, 2, 3, 10, 11]
