@@ -27,6 +27,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_starvation.py", []),  # a copy-on-write updater among 4 and 8 blind appenders
     ("bench_maintenance.py", []),  # checkpoint, expire, vacuum against delta-rs
     ("bench_spark_merge.py", []),  # Spark MERGE vs a full rebuild; the foreachBatch sink vs a bare Parquet write
+    ("bench_mixed_writers.py", []),  # 4 appending writers in one session: txnlog, delta-spark, mixed
 ]
 
 

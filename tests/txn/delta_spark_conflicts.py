@@ -238,9 +238,8 @@ def _adds(path: Path, data: pa.Table, *, data_change: bool = True) -> list[dict[
     """Data files written into the table at ``path`` by txnlog (a transaction left uncommitted),
     as ``add`` actions for delta-spark."""
     scratch = Table(path).transaction()
-    adds = scratch.write(data, data_change=data_change)
-    scratch.abort()
-    return [codec.encode_action(a) for a in adds]
+    written = scratch.write_context().write(data, data_change=data_change, store=scratch.location.store)
+    return [codec.encode_action(a) for a in written.add_files]
 
 
 def stage_delta(delta: Delta, loser: Loser, path: Path, setup: Setup) -> Callable[[], Any]:
@@ -452,17 +451,15 @@ class _Refused(Exception):
     pass
 
 
-def run_all(root: Path, spark: Any, groups: Sequence[Group] = GROUPS) -> list[Cell]:
+def run_all(root: Path, spark: Any, groups: Sequence[Group] = GROUPS) -> Iterator[Cell]:
     delta = Delta(spark)
-    cells: list[Cell] = []
     counter = itertools.count()
     try:
         for group in groups:
             for winner in group.winners:
-                cells += run_group(group, winner, root / f"g{next(counter)}", spark, delta)
+                yield from run_group(group, winner, root / f"g{next(counter)}", spark, delta)
     finally:
         delta.clear_cache()
-    return cells
 
 
 def doc_row(cell: Cell, note: str = "") -> str:
