@@ -92,10 +92,32 @@ def _committed_actions(path: Path, read_mark: int) -> list[dict[str, Any]]:
     return actions
 
 
+def _stage_delta(delta: Any, loser: str, copy: Path, actions: list[dict[str, Any]]) -> Any:
+    """delta-spark's transaction on ``copy`` with the reads its ``loser`` command records and
+    ``actions``; returns its commit."""
+    txn = delta.start(str(copy))
+    predicate = None
+    if loser in ("DELETE", "UPDATE"):
+        predicate = delta.condition(str(copy), _in(LOSER_ROWS))
+        txn.filterFiles(delta.seq([predicate]), False)
+    elif loser == "MERGE":
+        txn.filterFiles(delta.seq([]), False)
+    elif loser == "OPTIMIZE":
+        read = [{"add": {k: r["remove"][k] for k in ("path", "partitionValues", "size")} | {"modificationTime": 0, "dataChange": False}}
+                for r in actions if "remove" in r]
+        txn.trackFilesRead(delta.seq([delta.action(a) for a in read]))
+    operation = delta.operation("UPDATE" if loser in ("DELETE", "UPDATE", "MERGE") else loser, predicate)
+    jactions = delta.seq([delta.action(a) for a in actions])
+    return lambda: txn.commit(jactions, operation)
+
+
 def delta_spark_column(root: Path, spark: Any, winner: str, relation: str) -> dict[str, str]:
     """delta-spark's outcome for every loser against one ``winner`` (txnlog's, as in the
     "txnlog now" column): the loser's actions as txnlog commits them, staged in delta-spark's
-    OptimisticTransaction with the reads its command records."""
+    OptimisticTransaction with the reads its command records (from a few threads: each loser
+    has its own copy of the table)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from tests.txn.delta_spark_conflicts import Delta, delta_outcome, sync
 
     delta = Delta(spark)
@@ -104,34 +126,21 @@ def delta_spark_column(root: Path, spark: Any, winner: str, relation: str) -> di
     for first in (0, 10):
         table.append(pa.table({"id": list(range(first, first + 10)), "v": [0] * 10}, schema=SCHEMA))
     read_mark = int(orjson.loads(table.snapshot().domain_metadata("delta.rowTracking") or "{}").get("rowIdHighWaterMark", -1))
-    commits = {}
-    for loser in OPERATIONS:
-        scratch, copy = root / f"scratch-{loser}", root / f"delta-{loser}"
-        shutil.copytree(origin, scratch)
-        shutil.copytree(origin, copy)
-        begin(Table(str(scratch)), loser, LOSER_ROWS, relation, winner=False).commit()
-        sync(scratch, copy, data_only=True)
-        actions = _committed_actions(scratch, read_mark)
-        txn = delta.start(str(copy))
-        predicate = None
-        if loser in ("DELETE", "UPDATE"):
-            predicate = delta.condition(str(copy), _in(LOSER_ROWS))
-            txn.filterFiles(delta.seq([predicate]), False)
-        elif loser == "MERGE":
-            txn.filterFiles(delta.seq([]), False)
-        elif loser == "OPTIMIZE":
-            read = [{"add": {k: r["remove"][k] for k in ("path", "partitionValues", "size")} | {"modificationTime": 0, "dataChange": False}}
-                    for r in actions if "remove" in r]
-            txn.trackFilesRead(delta.seq([delta.action(a) for a in read]))
-        operation = delta.operation("UPDATE" if loser in ("DELETE", "UPDATE", "MERGE") else loser, predicate)
-        jactions = delta.seq([delta.action(a) for a in actions])
-        commits[loser] = (copy, lambda txn=txn, jactions=jactions, operation=operation: txn.commit(jactions, operation))
-    begin(table, winner, WINNER_ROWS[relation], relation, winner=True).commit()
-    out = {}
-    for loser, (copy, commit) in commits.items():
-        sync(origin, copy)
-        out[loser] = DELTA_NAMES.get(outcome := delta_outcome(commit), outcome)
-    return out
+    with ThreadPoolExecutor(4) as pool:
+        staged = {}
+        for loser in OPERATIONS:
+            scratch, copy = root / f"scratch-{loser}", root / f"delta-{loser}"
+            shutil.copytree(origin, scratch)
+            shutil.copytree(origin, copy)
+            begin(Table(str(scratch)), loser, LOSER_ROWS, relation, winner=False).commit()
+            sync(scratch, copy, data_only=True)
+            staged[loser] = (copy, pool.submit(_stage_delta, delta, loser, copy, _committed_actions(scratch, read_mark)))
+        commits = {loser: future.result() for loser, (_, future) in staged.items()}
+        begin(table, winner, WINNER_ROWS[relation], relation, winner=True).commit()
+        for copy, _ in staged.values():
+            sync(origin, copy)
+        outcomes = dict(zip(commits, pool.map(delta_outcome, commits.values()), strict=True))
+    return {loser: DELTA_NAMES.get(outcome, outcome) for loser, outcome in outcomes.items()}
 
 
 #: delta-spark's outcomes as the matrix writes them.

@@ -16,6 +16,7 @@ import itertools
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -415,49 +416,47 @@ class Cell:
     txnlog: str
 
 
-def run_group(group: Group, winner: Winner, root: Path, spark: Any, delta: Delta) -> Iterator[Cell]:
-    """Every loser of ``group`` against ``winner``, on both engines."""
+def _staged_txnlog(loser: Loser, path: Path, setup: Setup) -> Callable[[], str]:
+    """txnlog's transaction for ``loser``, staged; returns its commit, giving the outcome."""
+    try:
+        txn = stage_txnlog(loser, path, setup)
+    except TxnLogError as e:
+        refusal = f"refused:{type(e).__name__}"
+        return lambda: refusal
+    return lambda: txnlog_outcome(txn.commit)
+
+
+def run_group(group: Group, winner: Winner, root: Path, spark: Any, delta: Delta, pool: ThreadPoolExecutor) -> Iterator[Cell]:
+    """Every loser of ``group`` against ``winner``, on both engines. delta-spark's transactions
+    are staged and committed from ``pool``'s threads, each on its own copy of the table."""
     origin = root / "origin"
     group.setup.create(origin, spark)
-    staged: list[tuple[Loser, Callable[[], Any], Callable[[], Any]]] = []
     copies = []
+    ours, theirs = [], []
     for i, loser in enumerate(group.losers):
-        mine, theirs = root / f"txnlog-{i}", root / f"delta-{i}"
+        mine, other = root / f"txnlog-{i}", root / f"delta-{i}"
         shutil.copytree(origin, mine)
-        shutil.copytree(origin, theirs)
-        copies += [mine, theirs]
-        try:
-            txn = stage_txnlog(loser, mine, group.setup)
-            commit_txnlog: Callable[[], Any] = txn.commit
-        except TxnLogError as e:
-            refusal = f"refused:{type(e).__name__}"
-
-            def commit_txnlog(refusal: str = refusal) -> Any:
-                raise _Refused(refusal)
-
-        staged.append((loser, commit_txnlog, stage_delta(delta, loser, theirs, group.setup)))
+        shutil.copytree(origin, other)
+        copies += [mine, other]
+        ours.append(_staged_txnlog(loser, mine, group.setup))
+        theirs.append(pool.submit(stage_delta, delta, loser, other, group.setup))
+    commits = [future.result() for future in theirs]
     winner.run(origin, spark, group.setup)
     for copy in copies:
         sync(origin, copy)
-    for loser, commit_txnlog, commit_delta in staged:
-        try:
-            ours = txnlog_outcome(commit_txnlog)
-        except _Refused as e:
-            ours = str(e)
-        yield Cell(group.setup.name, winner.name, loser.name, delta_outcome(commit_delta), ours)
-
-
-class _Refused(Exception):
-    pass
+    outcomes = list(pool.map(delta_outcome, commits))
+    for loser, commit, outcome in zip(group.losers, ours, outcomes, strict=True):
+        yield Cell(group.setup.name, winner.name, loser.name, outcome, commit())
 
 
 def run_all(root: Path, spark: Any, groups: Sequence[Group] = GROUPS) -> Iterator[Cell]:
     delta = Delta(spark)
     counter = itertools.count()
     try:
-        for group in groups:
-            for winner in group.winners:
-                yield from run_group(group, winner, root / f"g{next(counter)}", spark, delta)
+        with ThreadPoolExecutor(4) as pool:
+            for group in groups:
+                for winner in group.winners:
+                    yield from run_group(group, winner, root / f"g{next(counter)}", spark, delta, pool)
     finally:
         delta.clear_cache()
 

@@ -99,6 +99,13 @@ def delta_sql(path: Path, op: model.Op) -> str:
     return f"ALTER TABLE {t} SET TBLPROPERTIES ('{key}' = '{value}')"
 
 
+#: delta-spark's listing of ``_delta_log`` on a local filesystem is a directory read, not a
+#: snapshot: one that races another process's commit can miss it and see a gap, and delta-spark
+#: then fails the statement (before or after its own commit). txnlog reads a missing version
+#: directly. The log says whether such a statement committed.
+LISTING_GAP = "DELTA_VERSIONS_NOT_CONTIGUOUS"
+
+
 def is_delta_conflict(error: BaseException) -> bool:
     """A delta-spark commit conflict (io.delta.exceptions.*, a ConcurrentModificationException),
     as PySpark raises it."""
@@ -118,7 +125,7 @@ class History:
     the conflicts each side met."""
 
     txnlog: list[tuple[int, model.Op]] = field(default_factory=list)
-    delta: dict[str, model.Op] = field(default_factory=dict)
+    delta: dict[str, model.Op] = field(default_factory=dict)  # every statement, by its tag
     conflicts: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -127,11 +134,15 @@ class History:
         """Every commit after ``start`` with its operation, in commit order; a delta-spark
         commit is found by its userMetadata tag. Every version must be accounted for."""
         by_version = dict(self.txnlog)
+        seen: set[str] = set()
         for version in range(start + 1, table.latest_version() + 1):
             info = orjson.loads(table.store.read(commit_path(version)).split(b"\n", 1)[0]).get("commitInfo", {})
             tag = info.get("userMetadata")
             if tag in self.delta:
-                by_version[version] = self.delta[tag]
+                op = self.delta[tag]
+                assert tag not in seen or op.kind in ("optimize", *TABLE_CHANGES), f"{tag} ({op}) committed twice"
+                seen.add(tag)
+                by_version[version] = op
             elif info.get("operation") in ("ROW TRACKING BACKFILL", "UPGRADE PROTOCOL") or version in by_version:
                 by_version.setdefault(version, model.Op("optimize"))  # no row changes
             else:
@@ -157,6 +168,8 @@ def delta_writer(spark: Any, path: Path, ops: Sequence[model.Op], history: Histo
     session = spark.newSession()  # its own SQL settings: the userMetadata tag is per statement
     for k, op in enumerate(ops):
         tag = f"{name}-{k}"
+        with history.lock:
+            history.delta[tag] = op  # whether it committed, the log says
         session.conf.set("spark.databricks.delta.commitInfo.userMetadata", tag)
         try:
             session.sql(delta_sql(path, op)).collect()
@@ -164,11 +177,10 @@ def delta_writer(spark: Any, path: Path, ops: Sequence[model.Op], history: Histo
             with history.lock:
                 if is_delta_conflict(e):
                     history.conflicts[f"delta:{str(e).split(']')[0].strip('[')}"] += 1
+                elif LISTING_GAP in str(e):
+                    history.conflicts["delta:listing gap"] += 1
                 else:
                     history.errors.append(f"{tag} {op}: {e}"[:2000])
-            continue
-        with history.lock:
-            history.delta[tag] = op
 
 
 def run_threads(targets: Sequence[Callable[[], None]]) -> None:
