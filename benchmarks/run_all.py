@@ -28,6 +28,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_maintenance.py", []),  # checkpoint, expire, vacuum against delta-rs
     ("bench_spark_merge.py", []),  # Spark MERGE vs a full rebuild; the foreachBatch sink vs a bare Parquet write
     ("bench_mixed_writers.py", []),  # 4 appending writers in one session: txnlog, delta-spark, mixed
+    ("bench_delta_spark.py", []),  # one-file append at version 200+, opening 100k files: beside delta-spark
 ]
 
 
