@@ -13,7 +13,9 @@ import pytest
 
 from tests.txn.delta_spark_conflicts import GROUPS, Cell, Delta, run_all
 
-pytestmark = pytest.mark.spark
+#: The first test runs every scenario in the module fixture: 136 of them took 10 minutes on 2
+#: cores at a load average of 30, past the suite's 600 s per test.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "concurrency.md"
 #: Session settings that make delta-spark's small-table transactions cheaper; restored after.

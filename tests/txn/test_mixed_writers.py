@@ -23,7 +23,8 @@ from tests.txn import row_level_model as model
 from txnlog import Table
 from txnlog.errors import CommitConflictError
 
-pytestmark = pytest.mark.spark
+#: A mixed history took 6 minutes at a load average of 25 on 2 cores.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 
 def _txnlog_process(path: str, ops: list[model.Op]) -> tuple[list[tuple[int, model.Op]], dict[str, int]]:
