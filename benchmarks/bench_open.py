@@ -51,7 +51,8 @@ from bench_checkpoint import build_table
 TARGET = 0.5  # txnlog time / delta-rs time
 
 
-def _build(path: Path, commits: int, files_per_commit: int, checkpoint: bool) -> None:
+def build_open_table(path: Path, commits: int, files_per_commit: int, checkpoint: bool) -> None:
+    """The table of ``commits`` x ``files_per_commit`` adds at ``path``, built once (bench_delta_spark.py opens it too)."""
     params = {"commits": commits, "files_per_commit": files_per_commit, "partitions": 8, "checkpoint": checkpoint}
     if is_built(path, params):
         return
@@ -142,7 +143,7 @@ def main() -> None:
     for label, directory, commits, per_commit, checkpoint, floor in cases:
         path = WORK_DIR / f"open-{scale}" / directory
         path.parent.mkdir(parents=True, exist_ok=True)
-        _build(path, commits, per_commit, checkpoint)
+        build_open_table(path, commits, per_commit, checkpoint)
         _check_same_files(str(path), commits * per_commit)
         log.info("timing %s: %d rounds", label, rounds)
         times, results = interleaved(

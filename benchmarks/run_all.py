@@ -30,6 +30,8 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("bench_reads.py", []),  # DuckDB over to_pyarrow_dataset, and streaming memory, against deltalake
     ("bench_python_api.py", []),  # write_table and the MERGE builder against deltalake
     ("bench_supplied_columns.py", []),  # appends with identity and generated columns against plain ones
+    ("bench_mixed_writers.py", []),  # 4 appending writers in one session: txnlog, delta-spark, mixed
+    ("bench_delta_spark.py", []),  # one-file append at version 200+, opening 100k files: beside delta-spark
 ]
 
 

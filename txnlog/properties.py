@@ -455,6 +455,12 @@ CLUSTERING_DOMAIN = "delta.clustering"
 ROW_ID_HIGH_WATER_MARK_KEY = "rowIdHighWaterMark"
 #: commitInfo key: the winners a commit was rebased over at row level (txnlog.txn.rebase).
 REBASE_COMMIT_INFO_KEY = "txnlog.rowLevelRebase"
+#: Column metadata: the highest identity value generated so far.
+IDENTITY_HIGH_WATER_MARK_KEY = "delta.identity.highWaterMark"
+#: commitInfo tags delta-spark sets and reads when resolving conflicts: a metaData action that
+#: only moves identity high-water marks, and whether a commit preserved row ids.
+IDENTITY_ONLY_TAG = "delta.identity.schemaUpdate"
+ROW_TRACKING_PRESERVED_TAG = "delta.rowTracking.preserved"
 #: Column metadata: ids of array elements and map keys/values under column mapping (IcebergCompat).
 NESTED_IDS_KEY = "delta.columnMapping.nested.ids"
 

@@ -1,4 +1,5 @@
-"""One test per conflict rule and isolation level (docs/concurrency.md).
+"""One test per conflict rule and isolation level (docs/concurrency.md); the protocol and
+metadata rules are in test_table_changes.py.
 
 Each test starts the loser's transaction, lets a winner commit, then commits the loser: the
 loser must either raise the precise error or commit at the version after the winner.
@@ -14,7 +15,6 @@ from txnlog.errors import (
     ConcurrentDeleteReadError,
     ConcurrentTransactionError,
     MetadataChangedError,
-    ProtocolChangedError,
 )
 from txnlog.txn.isolation import IsolationLevel
 
@@ -58,19 +58,6 @@ def test_blind_appends_never_conflict(table):
     winner = blind_append(table)
     assert loser.commit() == winner + 1
     assert table.history(1)[0].commit_info.is_blind_append is True
-
-
-@pytest.mark.parametrize("level", LEVELS)
-def test_protocol_change_conflicts(table, level):
-    loser = table.transaction("WRITE", level)
-    loser.filter_files("region = 'EU'")
-    loser.add_files([make_file("EU", 50, 60)])
-    with table.transaction("SET TBLPROPERTIES") as w:
-        w.update_metadata(configuration={"delta.enableChangeDataFeed": "true"})
-    with pytest.raises(ProtocolChangedError) as err:
-        loser.commit()
-    assert err.value.winning_version == w.result
-    assert "SET TBLPROPERTIES" in str(err.value)
 
 
 @pytest.mark.parametrize("level", LEVELS)

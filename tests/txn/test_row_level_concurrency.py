@@ -162,7 +162,7 @@ def test_a_winner_adding_rows_the_delete_would_match_still_conflicts(tmp_path: P
     table.update("id = 12", {"v": "0"})  # touches another file; its new row has v = 0 but id 12
     txn.commit()  # no new row matches: it commits
     txn2 = table.transaction("DELETE")
-    dml.delete(txn2, "v = 1")
+    dml.delete(txn2, "v = 1 or id = 27")  # (one that deletes nothing commits under SnapshotIsolation)
     table.update("id = 20", {"v": "1"})  # a new row that the DELETE would have matched
     with pytest.raises(Exception, match="matches this transaction's read predicate|read"):
         txn2.commit()

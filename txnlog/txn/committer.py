@@ -45,7 +45,7 @@ from txnlog.log.commits import Commit, read_commits
 from txnlog.log.filenames import commit_path
 from txnlog.log.segment import CommitFile, commit_file, list_log
 from txnlog.storage.base import LogStore
-from txnlog.txn.conflicts import Resolved, TransactionFootprint, Winners, check_conflicts
+from txnlog.txn.conflicts import Resolved, TransactionFootprint, Winners, adopt_table_changes, check_conflicts
 from txnlog.txn.retry import RetryClock, RetryPolicy
 
 log = logging.getLogger(__name__)
@@ -211,10 +211,28 @@ class Committer:
         if not commits:
             return None
         winners = Winners.of(commits)
+        try:
+            # Protocol and metadata first, as delta-spark checks them; a conflict there still
+            # comes after any conflict with an earlier winner's files.
+            table_conflict = adopt_table_changes(self.footprint, winners)
+            if table_conflict is not None:
+                earlier = [c for c in commits if c.version < table_conflict.winning_version]
+                if earlier:
+                    self._check_files(Winners.of(earlier))
+                raise table_conflict
+            self._check_files(winners)
+        except CommitConflictError as e:
+            e.attempts = self.clock.attempts
+            e.orphan_files = self.orphan_files()
+            raise
+        self.winners.extend(commits)
+        return None
+
+    def _check_files(self, winners: Winners) -> None:
+        """Checks 3 to 7, after the row-level rebase: what it accounts for is no conflict."""
         hints: dict[str, str] = {}
         try:
             if self.rebase is not None:
-                # Row-level resolution first: what it accounts for is no conflict.
                 resolved, hints = self.rebase(winners)
                 winners = winners.without(resolved)
             check_conflicts(self.footprint, winners)
@@ -222,11 +240,7 @@ class Committer:
             hint = hints.get(e.conflicting_file or "")
             if hint and e.args:
                 e.args = (f"{e.args[0]}{hint}", *e.args[1:])
-            e.attempts = self.clock.attempts
-            e.orphan_files = self.orphan_files()
             raise
-        self.winners.extend(commits)
-        return None
 
     def _read_from(self, start: int, *, known: int | None = None) -> list[Commit]:
         """The commits from ``start`` on, in order. ``known`` is a version certain to exist (the

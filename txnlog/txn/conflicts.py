@@ -3,7 +3,8 @@
 All winners are checked at once, column-wise: their added and removed files become one Arrow
 table each, so a hundred winning blind appends cost about what one does. The first conflict in
 winner order is raised, and within a winner the checks keep Delta's order: protocol, metadata,
-domain metadata, app transaction, concurrent append, delete-read, delete-delete.
+domain metadata, app transaction, concurrent append, delete-read, delete-delete. A winner's
+protocol or metadata is adopted where delta-spark adopts it (:mod:`txnlog.txn.table_changes`).
 
 Two refinements over delta-spark:
 
@@ -23,7 +24,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txnlog import properties as props
 from txnlog.errors import (
     CommitConflictError,
     ConcurrentAppendError,
@@ -31,14 +31,15 @@ from txnlog.errors import (
     ConcurrentDeleteReadError,
     ConcurrentTransactionError,
     MetadataChangedError,
-    ProtocolChangedError,
 )
 from txnlog.expressions import FilePredicate
 from txnlog.file_facts import file_keys
-from txnlog.log.actions import CommitInfo
+from txnlog.log import codec
+from txnlog.log.actions import CommitInfo, Metadata, Protocol
 from txnlog.log.commits import Commit
 from txnlog.log.file_actions import FILES_SCHEMA, TOMBSTONES_SCHEMA, concat, table_from_log_dicts
 from txnlog.txn.isolation import IsolationLevel
+from txnlog.txn.table_changes import TableView, resolve
 
 
 @dataclass
@@ -53,7 +54,12 @@ class TransactionFootprint:
     app_ids: set[str] = field(default_factory=set)
     domains: set[str] = field(default_factory=set)
     removed_keys: pa.Array = field(default_factory=lambda: pa.array([], pa.string()))
-    changes_metadata: bool = False
+    #: The protocol and metadata it commits under (None: it creates the table).
+    view: TableView | None = None
+
+    @property
+    def changes_metadata(self) -> bool:
+        return self.view is not None and self.view.changes_metadata
 
 
 @dataclass
@@ -74,8 +80,8 @@ class Winners:
 
     versions: list[int]
     infos: dict[int, CommitInfo | None]
-    changes_protocol: list[int]
-    changes_metadata: list[int]
+    protocols: dict[int, Protocol]  # the winners' protocol actions
+    metadatas: dict[int, Metadata]  # and metaData actions
     app_ids: dict[str, int]  # app id -> first winning version that set it
     domains: dict[str, int]
     adds: pa.Table  # dataChange adds: FILES_SCHEMA + "version" + "blind"
@@ -85,8 +91,8 @@ class Winners:
     @classmethod
     def of(cls, commits: list[Commit]) -> Winners:
         infos: dict[int, CommitInfo | None] = {}
-        protocol: list[int] = []
-        metadata: list[int] = []
+        protocol: dict[int, Protocol] = {}
+        metadata: dict[int, Metadata] = {}
         app_ids: dict[str, int] = {}
         domains: dict[str, int] = {}
         # File actions of every winner together: one conversion to Arrow per kind, not per commit.
@@ -109,9 +115,9 @@ class Winners:
                     elif kind == "domainMetadata":
                         domains.setdefault(str(body.get("domain")), commit.version)
                     elif kind == "protocol":
-                        protocol.append(commit.version)
+                        protocol[commit.version] = codec.decode_action(kind, body, path=commit.path, version=commit.version)  # type: ignore[assignment]
                     elif kind == "metaData":
-                        metadata.append(commit.version)
+                        metadata[commit.version] = codec.decode_action(kind, body, path=commit.path, version=commit.version)  # type: ignore[assignment]
             if commit.columnar is not None:
                 for kind, table in (("add", commit.columnar.adds), ("remove", commit.columnar.removes)):
                     if table.num_rows:
@@ -127,21 +133,14 @@ class Winners:
         return cls(
             versions=[c.version for c in commits],
             infos=infos,
-            changes_protocol=protocol,
-            changes_metadata=metadata,
+            protocols=protocol,
+            metadatas=metadata,
             app_ids=app_ids,
             domains=domains,
             adds=adds.sort_by("version"),
             removes=removes.sort_by("version"),
             files_added=every_add.sort_by("version"),
         )
-
-    def identity_only(self, version: int) -> bool:
-        """Whether the winner at ``version`` changed metadata only to move identity high-water
-        marks (delta-spark's commitInfo tag)."""
-        info = self.infos.get(version)
-        tags = info.other.get("tags") if info is not None else None
-        return isinstance(tags, dict) and str(tags.get(props.IDENTITY_ONLY_TAG, "")).lower() == "true"
 
     def txn_ids(self) -> dict[int, str | None]:
         return {v: (info.txn_id if info else None) for v, info in self.infos.items()}
@@ -182,10 +181,7 @@ def _tag(table: pa.Table, versions: pa.Array) -> pa.Table:
 _Candidate = tuple[int, int, CommitConflictError]
 
 
-def check_conflicts(mine: TransactionFootprint, winners: Winners) -> None:
-    """Raise the first conflict between this transaction and the winners, or return."""
-    candidates: list[_Candidate] = []
-
+def _facts(winners: Winners) -> tuple[Any, Any]:
     def facts(version: int) -> dict[str, Any]:
         info = winners.infos.get(version)
         return {"winning_version": version, "winning_operation": info.operation if info else None}
@@ -193,17 +189,32 @@ def check_conflicts(mine: TransactionFootprint, winners: Winners) -> None:
     def who(version: int) -> str:
         return f"a concurrent commit at {winners.describe(version)}"
 
-    if winners.changes_protocol:
-        v = winners.changes_protocol[0]
-        candidates.append((v, 1, ProtocolChangedError(f"{who(v)} changed the table protocol", **facts(v))))
-    # A winner that only moved identity high-water marks fails only a transaction that changes
-    # metadata too (delta-spark's checkNoMetadataUpdates).
-    metadata_winners = [v for v in winners.changes_metadata if mine.changes_metadata or not winners.identity_only(v)]
-    if metadata_winners:
-        v2 = metadata_winners[0]
-        candidates.append(
-            (v2, 2, MetadataChangedError(f"{who(v2)} changed the table metadata (schema, partitioning or properties)", **facts(v2)))
-        )
+    return who, facts
+
+
+def adopt_table_changes(mine: TransactionFootprint, winners: Winners) -> CommitConflictError | None:
+    """Checks 1 and 2: adopt the winners' protocol and metadata changes into ``mine.view`` where
+    delta-spark does; the first that conflicts instead (not raised: the file checks of earlier
+    winners come first)."""
+    if not winners.protocols and not winners.metadatas:
+        return None
+    if mine.view is None:  # creating the table: any winner is TableAlreadyExists, raised before
+        v = min([*winners.protocols, *winners.metadatas])
+        who, facts = _facts(winners)
+        return MetadataChangedError(f"{who(v)} changed the table metadata", **facts(v))
+    changes = [
+        (v, winners.protocols.get(v), winners.metadatas.get(v), winners.infos.get(v))
+        for v in sorted({*winners.protocols, *winners.metadatas})
+    ]
+    mine.view, conflict = resolve(mine.view, changes, *_facts(winners))
+    return conflict[2] if conflict is not None else None
+
+
+def check_conflicts(mine: TransactionFootprint, winners: Winners) -> None:
+    """Raise the first conflict of checks 3 to 7 between this transaction and the winners, or
+    return (checks 1 and 2 are :func:`adopt_table_changes`)."""
+    candidates: list[_Candidate] = []
+    who, facts = _facts(winners)
     domains = sorted(mine.domains & set(winners.domains), key=lambda name: (winners.domains[name], name))
     if domains:
         v3 = winners.domains[domains[0]]
@@ -312,4 +323,4 @@ def _deletes(mine: TransactionFootprint, winners: Winners, who: Any, facts: Any)
     return out
 
 
-__all__ = ["Resolved", "TransactionFootprint", "Winners", "check_conflicts"]
+__all__ = ["Resolved", "TransactionFootprint", "Winners", "adopt_table_changes", "check_conflicts"]

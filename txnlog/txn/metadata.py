@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 
 from txnlog import properties as props
-from txnlog.errors import InvalidArgumentTypeError, SchemaError, TransactionError
+from txnlog.errors import InvalidArgumentTypeError, InvalidTablePropertyError, SchemaError, TransactionError
 from txnlog.file_facts import physical_names
 from txnlog.log.actions import Format, Metadata, Protocol
 from txnlog.log.features import merge_protocols, protocol_for, writer_features
@@ -88,6 +88,13 @@ def updated_metadata(
     conf = _configuration(base_conf, requested)
     directives = {k: v for k, v in conf.items() if _is_protocol_directive(k)}
     conf = {k: v for k, v in conf.items() if k not in directives}
+    if props.COLUMN_MAPPING_MODE.get(conf) == "id" and base is not None and props.COLUMN_MAPPING_MODE.get(base_conf) == "none":
+        # The existing data files name their columns and carry no field ids (delta-spark refuses it too).
+        raise InvalidTablePropertyError(
+            f"{props.COLUMN_MAPPING_MODE.key}=id cannot be turned on for an existing table, whose data files have no "
+            "field ids; use 'name'",
+            key=props.COLUMN_MAPPING_MODE.key,
+        )
     if props.COLUMN_MAPPING_MODE.get(conf) != "none":
         if not replace_table:
             schema_string = inherit_column_mapping(base, schema_string, conf)

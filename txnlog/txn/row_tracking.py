@@ -72,6 +72,33 @@ def winners_high_water_mark(winners: Iterable[Commit], current: int, where: str)
     return mark
 
 
+def recommitted(winners: Iterable[Commit], live: pa.Table) -> pa.Table:
+    """``live`` (path and row tracking fields of the files live at the read version) with the
+    ids that winning commits gave files they re-added (a backfill, delta-spark's or the
+    enablement commit's): a file this commit re-adds or removes keeps the ids it has now."""
+    latest: dict[str, tuple[int | None, int | None]] = {}
+    for commit in winners:
+        if commit.columnar is not None and commit.columnar.adds.num_rows:
+            adds = commit.columnar.adds.select(["path", *_ROW_FIELDS]).to_pylist()
+            latest.update({a["path"]: (a["base_row_id"], a["default_row_commit_version"]) for a in adds if a["base_row_id"] is not None})
+        for action in commit.actions:
+            body = action.get("add")
+            if body is not None and body.get("baseRowId") is not None:
+                latest[str(body.get("path"))] = (body.get("baseRowId"), body.get("defaultRowCommitVersion"))
+    live = live.select(["path", *_ROW_FIELDS])
+    if not latest:
+        return live
+    kept = live.filter(pc.invert(pc.is_in(live.column("path"), value_set=pa.array(list(latest), pa.string()))))
+    ids = pa.table(
+        {
+            "path": pa.array(list(latest), pa.string()),
+            "base_row_id": pa.array([v[0] for v in latest.values()], pa.int64()),
+            "default_row_commit_version": pa.array([v[1] for v in latest.values()], pa.int64()),
+        }
+    )
+    return pa.concat_tables([kept, ids.cast(kept.schema)])
+
+
 def domain_action(mark: int) -> DomainMetadata:
     return DomainMetadata(props.ROW_TRACKING_DOMAIN, orjson.dumps({props.ROW_ID_HIGH_WATER_MARK_KEY: mark}).decode(), False)
 

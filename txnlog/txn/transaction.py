@@ -57,6 +57,7 @@ from txnlog.txn.rebase import Rebase, RebaseStep
 from txnlog.txn.retry import RetryPolicy
 from txnlog.txn.schema_changes import RowCheck, clustering_domain_configuration, column_path
 from txnlog.txn.staging import FileActions, StagedFiles, tombstones
+from txnlog.txn.table_changes import TableView
 from txnlog.write.conform import IdentityAllocator
 from txnlog.write.constraints import check_constraints
 from txnlog.write.context import WriteContext
@@ -547,8 +548,11 @@ class OptimisticTransaction(Located):
             )
 
     def _isolation(self, config: TableConfiguration, files: FileActions) -> IsolationLevel:
-        if files.changes_data() is False and self._metadata is None and not self._txns:
-            return IsolationLevel.SNAPSHOT_ISOLATION  # compaction: rows are unchanged
+        # Rows unchanged (a compaction), or nothing at all: concurrent appends cannot matter, as
+        # the commit can be ordered before them. A protocol, metaData, txn or domain action keeps
+        # the level: later commits would have had to see it.
+        if not files.changes_data() and self._metadata is None and self._protocol is None and not self._txns and not self._domains:
+            return IsolationLevel.SNAPSHOT_ISOLATION
         if self._requested_isolation is not None:
             return self._requested_isolation
         return IsolationLevel.parse(config.isolation_level)
@@ -586,6 +590,15 @@ class OptimisticTransaction(Located):
 
     def _footprint(self, isolation: IsolationLevel, removes: pa.Table) -> TransactionFootprint:
         read_keys = [k.cast(pa.string()) for k in self._read_keys]
+        view = None
+        if self.snapshot is not None:
+            view = TableView(
+                read_protocol=self.snapshot.protocol,
+                protocol=self.protocol,
+                metadata=self.metadata,
+                changes_protocol=self._protocol is not None,
+                changes_metadata=self._metadata is not None,
+            )
         return TransactionFootprint(
             read_version=self.read_version,
             isolation=isolation,
@@ -595,7 +608,7 @@ class OptimisticTransaction(Located):
             app_ids=self._read_app_ids | set(self._txns),
             domains=set(self._domains),
             removed_keys=file_keys(removes) if removes.num_rows else pa.array([], pa.string()),
-            changes_metadata=self._metadata is not None,
+            view=view,
         )
 
     # -- 5. prepare -------------------------------------------------------------------------
@@ -613,13 +626,13 @@ class OptimisticTransaction(Located):
 
     def _header(
         self, version: int, txn_id: str, isolation: IsolationLevel, blind: bool, previous_ict: int | None, metrics: dict[str, str],
-        rebased: Sequence[RebaseStep] = (),
+        rebased: Sequence[RebaseStep] = (), *, ict_enabled: bool, tags: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
         """commitInfo, protocol and metaData for an attempt at ``version``."""
         now = _now_ms()
         metadata = self._metadata
         ict = None
-        if self.table_configuration.in_commit_timestamps_enabled:
+        if ict_enabled:
             ict = max(now, previous_ict + 1) if previous_ict is not None else now
             if metadata is not None and self.snapshot is not None and not self.snapshot.table_configuration.in_commit_timestamps_enabled:
                 # Turning timestamps on for an existing table: record from where they hold.
@@ -645,7 +658,7 @@ class OptimisticTransaction(Located):
             user_metadata=self.user_metadata,
             other={
                 **({props.REBASE_COMMIT_INFO_KEY: [step.as_json() for step in rebased]} if rebased else {}),
-                **({"tags": {props.IDENTITY_ONLY_TAG: "true"}} if self._identity_only else {}),
+                **({"tags": all_tags} if (all_tags := {**(tags or {}), **({props.IDENTITY_ONLY_TAG: "true"} if self._identity_only else {})}) else {}),
             },
         )
         head: list[Action] = [info]
@@ -695,6 +708,8 @@ class OptimisticTransaction(Located):
                 state.files, pa.concat_arrays(own_paths), self.location.store, self.uri,
                 allow_absolute_paths=self.location.allow_absolute_paths,
             )
+        elif winners:
+            live = row_tracking.recommitted(winners, live)
         assigned = row_tracking.assign(files, live=live, backfill=backfill, mark=mark, version=version, where=where)
         rows = [] if assigned.high_water_mark is None else [codec.encode_action(row_tracking.domain_action(assigned.high_water_mark))]
         return assigned.files, rows
@@ -740,13 +755,16 @@ class OptimisticTransaction(Located):
                 *(orjson.dumps(r) for r in cdc_rows),
             ]
         )
-        ict_enabled = config.in_commit_timestamps_enabled
         headers: dict[int, list[dict[str, Any]]] = {}
         tracked: dict[int, tuple[FileActions, list[dict[str, Any]]]] = {}
         attempted: dict[int, FileActions] = {}
-        assigns_row_ids = config.row_tracking_supported and not config.table_property(props.ROW_TRACKING_SUSPENDED)
         rebase = self._rebase_for(config, files)
         footprint = self._footprint(isolation, removes)
+
+        def committing() -> TableConfiguration:
+            """The configuration this attempt commits under: with what it adopted from winners."""
+            view = footprint.view
+            return view.configuration() if view is not None and view.adopted else config
 
         def current() -> FileActions:
             """The file actions to commit now: as staged, or rebased over the winners."""
@@ -757,12 +775,17 @@ class OptimisticTransaction(Located):
             return FileActions(rebased_removes, adds=rebased_adds)
 
         def prepare(version: int, winners: list[Commit]) -> bytes:
+            now_config = committing()
+            ict_enabled = now_config.in_commit_timestamps_enabled
             previous_ict = self._previous_ict(version, winners) if ict_enabled else None
             steps = rebase.steps if rebase is not None else []
-            headers[version] = self._header(version, txn_id, isolation, blind, previous_ict, metrics, steps)
+            tags = footprint.view.tags() if footprint.view is not None else {}
+            headers[version] = self._header(
+                version, txn_id, isolation, blind, previous_ict, metrics, steps, ict_enabled=ict_enabled, tags=tags
+            )
             head = codec.dump_lines(headers[version])
             now = attempted[version] = current()
-            if assigns_row_ids:
+            if now_config.row_tracking_supported and not now_config.table_property(props.ROW_TRACKING_SUSPENDED):
                 # Fresh ids for each attempt: above the winners' high-water mark after a lost race.
                 with_ids, mark_rows = tracked[version] = self._with_row_ids(now, config, version, winners)
                 lines = [
@@ -808,7 +831,7 @@ class OptimisticTransaction(Located):
             own = committed.commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + mark_rows + cdc_rows)
         else:
             own = attempted.get(version, files).commit(version, commit_path(version), _now_ms(), headers.get(version, []) + head_rows + cdc_rows)
-        failures = self._after_commit(version, published.winners, own, config)
+        failures = self._after_commit(version, published.winners, own, committing())
         rebased = rebase.steps if rebase is not None else []
         if rebased:
             log.info("commit %d to %s rebased at row level over %s", version, self.uri,

@@ -1,0 +1,124 @@
+"""The differential conflict matrix of docs/concurrency.md, run: each scenario through txnlog
+and through delta-spark 4.4 in the shared session (tests/txn/delta_spark_conflicts.py). Both
+columns must be what running gives, and where they differ the row must name a relaxation
+(R1, R2, ...) that the doc proves equal to a serial order, or a difference (D1, ...) it explains."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.txn.delta_spark_conflicts import GROUPS, Cell, Delta, run_all
+
+#: The first test runs every scenario in the module fixture: 136 of them took 10 minutes on 2
+#: cores at a load average of 30, past the suite's 600 s per test.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "concurrency.md"
+#: Session settings that make delta-spark's small-table transactions cheaper; restored after.
+FAST = {"spark.databricks.delta.snapshotPartitions": "1", "spark.databricks.delta.writeChecksumFile.enabled": "false"}
+
+
+def doc_rows() -> list[list[str]]:
+    section = DOC.read_text().split("### The differential matrix", 1)[1].split("\n#", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0] in {g.setup.name for g in GROUPS}:
+            rows.append(cells)
+    return rows
+
+
+ROWS = doc_rows()
+
+
+@pytest.fixture(scope="module")
+def matrix(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], Cell]:
+    """Every scenario, run once for the module (the ``delta_spark`` fixture's skip, module-wide)."""
+    if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
+        pytest.skip("delta-spark's jars are not fetched; run `make jars`")
+    delta_spark = spark
+    saved = {key: delta_spark.conf.get(key, None) for key in FAST}
+    for key, value in FAST.items():
+        delta_spark.conf.set(key, value)
+    try:
+        cells = list(run_all(tmp_path_factory.mktemp("differential"), delta_spark))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                delta_spark.conf.unset(key)
+            else:
+                delta_spark.conf.set(key, value)
+        Delta(delta_spark).clear_cache()
+    return {(c.setup, c.winner, c.loser): c for c in cells}
+
+
+def test_the_doc_lists_every_scenario_once(matrix: dict[tuple[str, str, str], Cell]) -> None:
+    listed = [tuple(row[:3]) for row in ROWS]
+    assert len(listed) == len(set(listed))
+    assert set(listed) == set(matrix)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[" / ".join(r[:3]) for r in ROWS])
+def test_each_scenario(matrix: dict[tuple[str, str, str], Cell], row: list[str]) -> None:
+    cell = matrix[(row[0], row[1], row[2])]
+    assert (cell.delta, cell.txnlog) == (row[3], row[4])
+
+
+def test_every_difference_is_a_documented_relaxation() -> None:
+    text = DOC.read_text()
+    for row in ROWS:
+        if row[3] != row[4]:
+            names = re.findall(r"[RD]\d+", row[5])
+            assert names, f"{row[:3]}: delta-spark {row[3]}, txnlog {row[4]}, and no relaxation or difference named"
+            for name in names:
+                assert f"**{name}**" in text, f"{name} is not defined in docs/concurrency.md"
+
+
+@pytest.mark.parametrize("winner", ["delete of A", "delta-spark DELETE of A"])
+def test_optimize_meets_a_delete_of_its_input_as_delete_read(matrix: dict[tuple[str, str, str], Cell], winner: str) -> None:
+    cell = matrix[("unpartitioned", winner, "OPTIMIZE of P")]
+    assert cell.delta == "DeleteRead"
+    assert cell.txnlog == cell.delta
+
+
+def test_txnlog_tolerates_delta_sparks_identity_only_updates(delta_spark: Any, tmp_path: Path) -> None:
+    """D3: txnlog does not write identity tables yet, so its rule is checked on delta-spark's own
+    identity commits: an INSERT generating ids and SYNC IDENTITY only move high-water marks, and
+    are tolerated unless the transaction changes metadata too; by their tag or, without it, by
+    their content (R5)."""
+    import dataclasses
+
+    from tests.txn.delta_spark_conflicts import IDENTITY
+    from txnlog import Table
+    from txnlog.errors import MetadataChangedError
+    from txnlog.log.commits import read_commits
+    from txnlog.log.segment import list_log
+    from txnlog.txn.conflicts import TransactionFootprint, Winners, adopt_table_changes
+    from txnlog.txn.isolation import IsolationLevel
+    from txnlog.txn.table_changes import TableView
+
+    path = tmp_path / "t"
+    IDENTITY.create(path, delta_spark)
+    table = Table(str(path))
+    for statement in (f"INSERT INTO delta.`{path}` (p, v) VALUES ('b', 0)", f"ALTER TABLE delta.`{path}` ALTER COLUMN id SYNC IDENTITY"):
+        before = table.snapshot()
+        delta_spark.sql(statement)
+        listing = list_log(table.store, before.version + 1)
+        commits = read_commits(table.store, [listing.commits[v] for v in sorted(listing.commits)])
+        winner = Winners.of(commits)
+        [metadata] = winner.metadatas.values()
+        assert metadata.schema_string != before.metadata.schema_string  # a high-water mark moved
+        untagged = Winners.of([dataclasses.replace(c, actions=[a for a in c.actions if "commitInfo" not in a]) for c in commits])
+        for winners in (winner, untagged):
+            for changes_metadata in (False, True):
+                view = TableView(before.protocol, before.protocol, before.metadata, changes_protocol=False, changes_metadata=changes_metadata)
+                footprint = TransactionFootprint(read_version=before.version, isolation=IsolationLevel.SERIALIZABLE, view=view)
+                conflict = adopt_table_changes(footprint, winners)
+                if changes_metadata:
+                    assert isinstance(conflict, MetadataChangedError)
+                else:
+                    assert conflict is None and footprint.view is not None and footprint.view.metadata == before.metadata
