@@ -175,6 +175,26 @@ def test_schema_of_a_delta_rs_table_with_every_type(tmp_path: Path) -> None:
         assert snap.schema.field(field.name).type.equals(field.type), field.name
 
 
+def test_a_type_that_needs_a_feature_adds_it_wherever_it_is_and_only_then(tmp_path: Path) -> None:
+    """variant (like timestamp_ntz) needs its reader and writer feature, also nested; a column
+    merely *named* after such a type needs nothing (delta-spark refuses to write a variant
+    table whose protocol lacks variantType)."""
+
+    def create(name: str, fields: list[dict[str, Any]]) -> Protocol:
+        with txnlog.Table(tmp_path / name).create_transaction() as txn:
+            txn.update_metadata(schema={"type": "struct", "fields": fields})
+        return txnlog.Table(tmp_path / name).snapshot().protocol
+
+    nested = {"type": "array", "elementType": {"type": "struct", "fields": [{"name": "x", "type": "variant", "nullable": True, "metadata": {}}]},
+              "containsNull": True}
+    protocol = create("nested", [{"name": "id", "type": "long", "nullable": True, "metadata": {}},
+                                 {"name": "a", "type": nested, "nullable": True, "metadata": {}}])
+    assert protocol.has_reader_feature("variantType") and "variantType" in (protocol.writer_features or ())
+    named = create("named", [{"name": "variant", "type": "string", "nullable": True, "metadata": {}},
+                             {"name": "timestamp_ntz", "type": "long", "nullable": True, "metadata": {}}])
+    assert (named.min_reader_version, named.min_writer_version) == (1, 2)
+
+
 def test_schema_from_a_hand_written_schema_string(log_writer: Callable[..., Any], memory_table_uri: str) -> None:
     schema = {
         "type": "struct",

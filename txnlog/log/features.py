@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
+
+import orjson
 
 from txnlog import properties as props
 from txnlog.errors import InvalidTablePropertyError, UnsupportedFeatureError
@@ -128,6 +131,31 @@ def check_writable(protocol: Protocol, schema_string: str, where: str) -> None:
         )
 
 
+# Column types that need a reader and writer feature wherever they occur in the schema.
+_TYPE_FEATURES = {"timestamp_ntz": "timestampNtz", "variant": "variantType"}
+
+
+def type_names(schema_string: str) -> set[str]:
+    """The primitive type names a Delta schema uses, at any depth (empty for malformed JSON,
+    which is refused where the schema is parsed)."""
+    names: set[str] = set()
+
+    def walk(t: Any) -> None:
+        if isinstance(t, str):
+            names.add(t)
+        elif isinstance(t, dict):
+            for field in t.get("fields") or ():
+                walk(field.get("type") if isinstance(field, dict) else None)
+            for key in ("elementType", "keyType", "valueType"):
+                walk(t.get(key))
+
+    try:
+        walk(orjson.loads(schema_string))
+    except orjson.JSONDecodeError:
+        pass
+    return names
+
+
 def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protocol:
     """The lowest protocol that supports what a table's properties and schema ask for.
 
@@ -136,6 +164,7 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
     property is read through the registry, so ``Name``, ``V2`` or ``TRUE`` count as delta-spark
     counts them.
     """
+    used_types = type_names(schema_string)
     reader: set[str] = set()
     writer: set[str] = {"appendOnly", "invariants"}
     legacy_writer = 2
@@ -170,10 +199,11 @@ def protocol_for(configuration: Mapping[str, str], schema_string: str) -> Protoc
         reader.add("v2Checkpoint")
         writer.add("v2Checkpoint")
         needs_features = True
-    if '"timestamp_ntz"' in schema_string:
-        reader.add("timestampNtz")
-        writer.add("timestampNtz")
-        needs_features = True
+    for type_name, feature in _TYPE_FEATURES.items():
+        if type_name in used_types:
+            reader.add(feature)
+            writer.add(feature)
+            needs_features = True
     for name, value in props.FEATURES.items(configuration):
         if value.strip().lower() not in ("supported", "enabled"):
             raise InvalidTablePropertyError(
