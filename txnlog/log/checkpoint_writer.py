@@ -458,6 +458,9 @@ def _write_v2(store: LogStore, version: int, content: _Content) -> CheckpointRes
             info = store.info(path)
             sidecars.append(Sidecar(path=name, size_in_bytes=info.size, modification_time=info.modification_time))
 
+        # The file actions live in the sidecars, but the top-level file keeps (null) add and
+        # remove columns: delta-spark reads it with a schema taken from the file and fails
+        # without them ("No such struct field `add`").
         top_schema = pa.schema(
             [
                 ("checkpointMetadata", CHECKPOINT_METADATA_TYPE),
@@ -466,6 +469,7 @@ def _write_v2(store: LogStore, version: int, content: _Content) -> CheckpointRes
                 ("protocol", PROTOCOL_TYPE),
                 ("domainMetadata", DOMAIN_METADATA_TYPE),
                 ("sidecar", SIDECAR_TYPE),
+                *sidecar_schema,
             ]
         )
         rows = (
