@@ -26,7 +26,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 import txnlog
 from txnlog.errors import StorageError, TxnLogError
 from txnlog.log import checkpoint_writer
-from txnlog.log.actions import DomainMetadata, Protocol, RemoveFile, Txn
+from txnlog.log.actions import DeletionVectorDescriptor, DomainMetadata, Protocol, RemoveFile, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
 from txnlog.log.codec import encode_action
 from txnlog.log.file_actions import file_keys
@@ -646,3 +646,21 @@ def test_corpus_table_reads_back_from_its_checkpoint(
     assert _tombstone_paths(reread) == _tombstone_paths(snapshot)
     if delta_rs_files is not None:
         assert sorted(DeltaTable(path).file_uris()) == delta_rs_files
+
+
+def test_checkpoints_leave_max_row_index_null(log_writer: Callable[..., Any]) -> None:
+    """An add whose log entry carries maxRowIndex (an older txnlog wrote it) is checkpointed
+    without it, as delta-spark checkpoints: delta-spark asserts it is unset when it writes such
+    an add again (RESTORE to a version read from the checkpoint failed)."""
+    writer = log_writer()
+    features = ("deletionVectors",)
+    add = encode_action(writer.add("a.parquet", num_records=10, deletion_vector=DeletionVectorDescriptor("i", "abcde", 4, 1)))["add"]
+    writer.create({"add": {**add, "deletionVector": {**add["deletionVector"], "maxRowIndex": 3}}},
+                  protocol=Protocol(3, 7, features, features))
+    snapshot = txnlog.Table(writer.uri).snapshot()
+    assert snapshot.files().column("deletion_vector").to_pylist()[0]["max_row_index"] == 3  # read as written
+
+    result = write_checkpoint(snapshot)
+
+    (vector,) = [a["deletionVector"] for a in _valid(_checkpoint_rows(writer.uri, result), "add")]
+    assert vector == {"storageType": "i", "pathOrInlineDv": "abcde", "offset": None, "sizeInBytes": 4, "cardinality": 1, "maxRowIndex": None}

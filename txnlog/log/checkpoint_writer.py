@@ -307,8 +307,13 @@ _TOMBSTONE_TO_LOG = dict(zip(TOMBSTONES_SCHEMA.names, (f.name for f in REMOVE_LO
 
 def _log_child(batch: pa.RecordBatch, column: str) -> pa.Array:
     child = batch.column(column)
-    # Same layout, camelCase field names: a zero-copy view.
-    return child.view(DV_LOG_TYPE) if column == "deletion_vector" else child
+    if column != "deletion_vector":
+        return child
+    # camelCase field names, and maxRowIndex left null as delta-spark leaves it: it is not the
+    # protocol's, and delta-spark refuses to re-serialize an add that has one.
+    dv = child.view(DV_LOG_TYPE)
+    fields = [pa.nulls(len(dv), f.type) if f.name == "maxRowIndex" else values for f, values in zip(DV_LOG_TYPE, dv.flatten())]
+    return pa.StructArray.from_arrays(fields, fields=list(DV_LOG_TYPE), mask=dv.is_null())
 
 
 def _encode_removes(batch: pa.RecordBatch) -> pa.StructArray:
