@@ -510,6 +510,15 @@ def _commits_by_engine(spark: Any, uri: str, after: int) -> Counter[str]:
     return Counter("delta-spark" if "Delta-Lake" in (row.engineInfo or "") else "txnlog" for row in history)
 
 
+def _await_started(query: Any, timeout: float = 300) -> None:
+    """Wait until ``query`` has initialized its source: each stream starts a Python worker for
+    its txnlog source, which must connect back to the JVM within Spark's fixed timeout, so the
+    writers start only once it has (on a busy machine they starved it)."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status["message"].startswith("Initializing") and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def _newest_day(uri: str) -> str | None:
     values = Table(uri).snapshot().files().column("partition_values").to_pylist()
     days = [dict(v).get("day") for v in values if v]
@@ -599,7 +608,9 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     hop = TotalsHop(args.totals_table, report)
     ingest_done = threading.Event()
     totals_query = start_totals(spark, args, hop)
+    _await_started(totals_query)
     ingest_query = start_ingest(spark, args)
+    _await_started(ingest_query)
     threads = [
         threading.Thread(target=await_ingest, args=(ingest_query, report, ingest_done), name="ingest"),
         threading.Thread(target=compact_job, args=(spark, args, report, ingest_done), name="compact"),
