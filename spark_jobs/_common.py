@@ -23,15 +23,22 @@ def setup_logging(verbose: bool = False) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def local_session(app_name: str, master: str = "local[2]") -> Any:
+def local_session(app_name: str, master: str = "local[2]", *, delta: bool = False) -> Any:
     """The embedded default: a local SparkSession on the loopback address whose Python workers
-    run this interpreter (so they import the same txnlog, pyarrow and fsspec)."""
+    run this interpreter (so they import the same txnlog, pyarrow and fsspec). ``delta``: with
+    delta-spark beside txnlog (``txnlog.spark.with_delta``: its jars from
+    ``$TXNLOG_DELTA_JARS_DIR``, which `make jars` fills, else resolved by Spark at start)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
+    from txnlog.spark import with_delta
+
+    builder = SparkSession.builder
+    if delta:
+        builder = with_delta(builder).config("spark.databricks.delta.snapshotPartitions", "2")
     spark = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -43,6 +50,11 @@ def local_session(app_name: str, master: str = "local[2]") -> Any:
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def has_delta(spark: Any) -> bool:
+    """Whether delta-spark is in ``spark`` (its session extension is configured)."""
+    return "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
 
 
 def duckdb_delta() -> Any:

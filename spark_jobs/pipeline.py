@@ -14,6 +14,11 @@ On the embedded default (local Spark, tables under ./data), one SparkSession run
 - **update** (spark_jobs.update): a DELETE of tiny orders and an UPDATE flagging big ones, in a
   loop, merge-on-read (deletion vectors); both statements are idempotent, so re-running them
   after a conflict is safe, and the job does;
+- **delta-spark**, in the same session: another team's job in Delta SQL, ``UPDATE ... SET flag =
+  'mid'`` on mid-sized orders, in a loop, racing the txnlog writers above: a conflict
+  delta-spark detects with one of their commits is printed and the statement re-run (it is
+  idempotent), and a txnlog statement that meets one of its commits resolves it as it would a
+  txnlog commit;
 - **hop 2, totals**: ``readStream.format("txnlog").option("readChangeFeed", "true")`` on
   ``events`` -> per-user aggregates (events, amount, big events) MERGEd into ``user_totals`` by
   a foreachBatch sink keyed by (app id, batch id): inserts and update postimages add, deletes
@@ -21,8 +26,10 @@ On the embedded default (local Spark, tables under ./data), one SparkSession run
 
 Executors write every data file; the driver only commits. At the end the job prints what
 happened on each hop (commits, conflicts and how each was resolved, retries, the statements
-re-run because of compaction) and verifies both tables with an independent reader (DuckDB's
-delta_scan, which reads deletion vectors) against references computed from the source files.
+re-run because of compaction), counts ``events``' commits per engine with delta-spark's
+DESCRIBE HISTORY, and verifies both tables with two independent readers (DuckDB's delta_scan
+and delta-spark, both of which read deletion vectors) against references computed from the
+source files.
 Run again on the same tables, both streams resume from their checkpoints with the next batches.
 
 Run with ``make run``. Exit codes: 0 verified, 1 failed or verification mismatch, 2 bad
@@ -35,6 +42,7 @@ import argparse
 import datetime as dt
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -49,8 +57,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+# delta-spark's Python package: importing its exceptions makes PySpark raise its conflicts as
+# these classes instead of Py4JJavaError. They are siblings, not subclasses of
+# DeltaConcurrentModificationException (unlike delta-spark's Scala classes), so all are listed.
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
+
 from spark_jobs import compact, ingest_stream, update
-from spark_jobs._common import FAILED, OK, duckdb_delta, local_session, setup_logging
+from spark_jobs._common import FAILED, OK, duckdb_delta, has_delta, local_session, setup_logging
 from txnlog import Table
 from txnlog.errors import CommitConflictError
 from txnlog.spark import register
@@ -88,6 +110,15 @@ TOTALS_PROPERTIES = {"delta.checkpointInterval": "5"}
 DELETE_WHERE = "amount < 1"
 FLAG_WHERE = "flag IS NULL AND amount >= 90"
 FLAG_SET = "flag='big'"
+# delta-spark's statement (its job, in Delta SQL): disjoint from the rows the two above change.
+MID_WHERE = "flag IS NULL AND amount >= 50 AND amount < 90"
+MID_SET = "flag = 'mid'"
+# How often the delta-spark statement may lose to a txnlog commit in a row before the job gives up.
+DELTA_SPARK_RERUNS = 20
+DELTA_SPARK_CONFLICTS = (
+    DeltaConcurrentModificationException, ConcurrentWriteException, MetadataChangedException, ProtocolChangedException,
+    ConcurrentAppendException, ConcurrentDeleteReadException, ConcurrentDeleteDeleteException, ConcurrentTransactionException,
+)
 FIRST_DAY = dt.date(2024, 1, 1)
 # The final compaction pass gives up (and the job fails) after this many rounds lost to commits.
 FINAL_COMPACTION_ROUNDS = 50
@@ -129,10 +160,11 @@ def add_source_files(folder: Path, batches: int, rows: int) -> list[Path]:
 
 
 def expected_rows(folder: Path) -> pa.Table:
-    """The reference of ``events``: every source row once, the DELETE and the UPDATE applied."""
+    """The reference of ``events``: every source row once, the DELETE and both UPDATEs applied."""
     rows = pa.concat_tables(pq.read_table(p, schema=SCHEMA) for p in sorted(folder.glob("batch-*.parquet")))
     rows = rows.filter(pc.greater_equal(rows["amount"], 1.0))
-    flag = pc.if_else(pc.greater_equal(rows["amount"], 90.0), pa.scalar("big"), rows["flag"])
+    flag = pc.if_else(pc.greater_equal(rows["amount"], 90.0), pa.scalar("big"),
+                      pc.if_else(pc.greater_equal(rows["amount"], 50.0), pa.scalar("mid"), rows["flag"]))
     return rows.set_column(rows.schema.get_field_index("flag"), "flag", flag)
 
 
@@ -149,14 +181,15 @@ def expected_totals(folder: Path) -> pa.Table:
 def checksum(rows: pa.Table) -> int:
     """Order-independent: the sum over rows of a mix of every column."""
     amount = pc.cast(pc.round(pc.multiply(rows["amount"], 1000)), pa.int64())
-    flag = pc.cast(pc.fill_null(pc.equal(rows["flag"], "big"), False), pa.int64())
+    flag = pc.add(pc.cast(pc.fill_null(pc.equal(rows["flag"], "big"), False), pa.int64()),
+                  pc.multiply(pc.cast(pc.fill_null(pc.equal(rows["flag"], "mid"), False), pa.int64()), 2))
     user = rows["user_id"]
     day = pc.cast(pc.utf8_length(rows["day"]), pa.int64())
     mixed = pc.add(pc.add(pc.multiply(rows["event_id"], 1_000_003), pc.multiply(amount, 31)), pc.add(pc.multiply(flag, 7), pc.add(user, day)))
     return int(pc.sum(mixed).as_py() or 0)
 
 
-def read_independently(uri: str, columns: list[str]) -> pa.Table:
+def read_with_duckdb(spark: Any, uri: str, columns: list[str]) -> pa.Table:
     """The table as DuckDB's delta_scan (delta-kernel-rs) reads it: deletion vectors applied by
     a reader that shares no code with txnlog."""
     con = duckdb_delta()
@@ -168,9 +201,17 @@ def read_independently(uri: str, columns: list[str]) -> pa.Table:
         con.close()
 
 
-def verify_events(uri: str, folder: Path) -> tuple[bool, str]:
-    """Compare ``events`` as DuckDB reads it with the reference."""
-    got = read_independently(uri, SCHEMA.names)
+def read_with_delta_spark(spark: Any, uri: str, columns: list[str]) -> pa.Table:
+    """The table as delta-spark reads it, in the job's own session."""
+    return spark.read.format("delta").load(uri).select(*columns).toArrow()
+
+
+#: The independent readers both tables are verified with: (name, read(spark, uri, columns)).
+READERS = (("DuckDB", read_with_duckdb), ("delta-spark", read_with_delta_spark))
+
+
+def verify_events(folder: Path, got: pa.Table) -> tuple[bool, str]:
+    """Compare ``events`` as a reader read it with the reference."""
     want = expected_rows(folder)
     ids = got["event_id"]
     duplicated = got.num_rows - len(pc.unique(ids))
@@ -182,9 +223,9 @@ def verify_events(uri: str, folder: Path) -> tuple[bool, str]:
     )
 
 
-def verify_totals(uri: str, folder: Path) -> tuple[bool, str]:
-    """Compare ``user_totals`` as DuckDB reads it with the per-user aggregate of the reference."""
-    got = read_independently(uri, TOTALS_SCHEMA.names).cast(TOTALS_SCHEMA).sort_by("user_id")
+def verify_totals(folder: Path, got: pa.Table) -> tuple[bool, str]:
+    """Compare ``user_totals`` as a reader read it with the per-user aggregate of the reference."""
+    got = got.cast(TOTALS_SCHEMA).sort_by("user_id")
     want = expected_totals(folder)
     got_rows = {r["user_id"]: r for r in got.to_pylist()}
     want_rows = {r["user_id"]: r for r in want.to_pylist()}
@@ -217,6 +258,8 @@ class Report:
         self.errors: list[BaseException] = []
         self.change_rows: Counter[str] = Counter()
         self.totals_batches = 0
+        self.delta_spark_commits = 0
+        self.delta_spark_reruns = 0
 
     def conflict(self, job: str, error: CommitConflictError, resolution: str) -> None:
         line = f"[{job}] conflict: {type(error).__name__} with version {error.winning_version} ({error.winning_operation}) -> {resolution}"
@@ -397,6 +440,85 @@ def update_job(spark: Any, args: argparse.Namespace, report: Report, stop: threa
         report.errors.append(e)
 
 
+def delta_spark_conflict(error: BaseException) -> tuple[str, int | None, str | None] | None:
+    """(exception name, winning version, its operation) of a conflict delta-spark detected;
+    None for any other error. delta-spark 4.4 names the winner in the message of its file
+    conflicts ("a concurrent DELETE deleted data from table ... (committed at version 7)") and
+    appends the winning commitInfo to the others ("Conflicting commit: {...}")."""
+    if not isinstance(error, DELTA_SPARK_CONFLICTS):
+        return None
+    message = str(error)
+    named = re.search(r"a concurrent (.+?) (?:added|deleted) data (?:to|from) table .*?committed at version (\d+)", message, re.S)
+    if named:
+        return type(error).__name__, int(named.group(2)), named.group(1)
+    winning = message.partition("Conflicting commit:")[2]
+    version = re.search(r'"version"\s*:\s*(\d+)', winning)
+    operation = re.search(r'"operation"\s*:\s*"([^"]+)"', winning)
+    return type(error).__name__, int(version.group(1)) if version else None, operation.group(1) if operation else None
+
+
+def delta_spark_job(spark: Any, args: argparse.Namespace, report: Report, stop: threading.Event) -> None:
+    """Another team's job on ``events``, in Delta SQL in the same session: flag mid-sized orders,
+    in a loop until the stream stopped (then one last pass). A conflict delta-spark detects is
+    printed and the statement re-run on the new table (it is idempotent)."""
+    statement = f"UPDATE delta.`{args.table}` SET {MID_SET} WHERE {MID_WHERE}"
+    try:
+        while True:
+            stopping = stop.is_set()
+            for attempt in range(DELTA_SPARK_RERUNS + 1):
+                before = Table(args.table).latest_version()
+                try:
+                    (result,) = spark.sql(statement).collect()
+                    break
+                except DELTA_SPARK_CONFLICTS as error:
+                    conflict = delta_spark_conflict(error)
+                    if conflict is None or attempt == DELTA_SPARK_RERUNS:
+                        raise
+                    condition, version, operation = conflict
+                    print(f"[delta-spark] conflict: {condition} with version {version} ({operation}) "
+                          f"-> statement re-run on the new snapshot (it is idempotent)", flush=True)
+                    with report.lock:
+                        report.conflicts[f"delta-spark {condition}"] += 1
+                        report.delta_spark_reruns += 1
+                        report.retries += 1
+            rows = int(result[0])
+            if rows:
+                version = _delta_spark_version(args.table, before)
+                print(f"[delta-spark] version {version}: UPDATE SET {MID_SET} WHERE {MID_WHERE}, {rows} row(s)", flush=True)
+                with report.lock:
+                    report.delta_spark_commits += 1
+            if stopping:
+                return
+            stop.wait(args.pause)
+    except BaseException as e:  # noqa: BLE001
+        report.errors.append(e)
+
+
+def _delta_spark_version(uri: str, after: int) -> int | None:
+    """The newest version after ``after`` that delta-spark committed (only this job does)."""
+    table = Table(uri)
+    for entry in table.history(limit=max(1, table.latest_version() - after)):
+        info = entry.commit_info
+        if entry.version > after and info is not None and "Delta-Lake" in (info.engine_info or ""):
+            return entry.version
+    return None
+
+
+def _commits_by_engine(spark: Any, uri: str, after: int) -> Counter[str]:
+    """``events``' commits after ``after`` by engine, from delta-spark's DESCRIBE HISTORY."""
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").where(f"version > {after}").select("engineInfo").collect()
+    return Counter("delta-spark" if "Delta-Lake" in (row.engineInfo or "") else "txnlog" for row in history)
+
+
+def _await_started(query: Any, timeout: float = 300) -> None:
+    """Wait until ``query`` has initialized its source: each stream starts a Python worker for
+    its txnlog source, which must connect back to the JVM within Spark's fixed timeout, so the
+    writers start only once it has (on a busy machine they starved it)."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status["message"].startswith("Initializing") and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def _newest_day(uri: str) -> str | None:
     values = Table(uri).snapshot().files().column("partition_values").to_pylist()
     days = [dict(v).get("day") for v in values if v]
@@ -465,6 +587,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(spark: Any, args: argparse.Namespace) -> int:
     started = time.monotonic()
+    if not has_delta(spark):
+        print("pipeline: delta-spark is not in this SparkSession: start it with txnlog.spark.with_delta "
+              "(`make run` fetches its jars and does)", file=sys.stderr)
+        return FAILED
     events = Table.create(args.table, SCHEMA, partition_by=["day"], properties=PROPERTIES, mode="ignore")
     missing = _missing_properties(events)
     if missing:
@@ -482,11 +608,14 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     hop = TotalsHop(args.totals_table, report)
     ingest_done = threading.Event()
     totals_query = start_totals(spark, args, hop)
+    _await_started(totals_query)
     ingest_query = start_ingest(spark, args)
+    _await_started(ingest_query)
     threads = [
         threading.Thread(target=await_ingest, args=(ingest_query, report, ingest_done), name="ingest"),
         threading.Thread(target=compact_job, args=(spark, args, report, ingest_done), name="compact"),
         threading.Thread(target=update_job, args=(spark, args, report, ingest_done), name="update"),
+        threading.Thread(target=delta_spark_job, args=(spark, args, report, ingest_done), name="delta-spark"),
     ]
     for thread in threads:
         thread.start()
@@ -515,8 +644,12 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     with report.lock:
         report.conflicts.update({"user_totals MERGE": stats.conflicts})
         report.retries += stats.retries
-    events_ok, events_detail = verify_events(args.table, args.source_dir)
-    totals_ok, totals_detail = verify_totals(args.totals_table, args.source_dir)
+    engines = _commits_by_engine(spark, args.table, first_version)
+    verified = [
+        (reader, verify_events(args.source_dir, read(spark, args.table, SCHEMA.names)),
+         verify_totals(args.source_dir, read(spark, args.totals_table, TOTALS_SCHEMA.names)))
+        for reader, read in READERS
+    ]
 
     print("\n== summary ==")
     print(f"hop 1        source -> events by writeStream.format('txnlog') (query {ingest_query.id}): "
@@ -525,6 +658,10 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     print(f"events       versions {first_version} -> {final.version}: " + ", ".join(f"{n} {op}" for op, n in sorted(operations.items())))
     print(f"compaction   {report.compactions} commit(s); DML {report.updates} commit(s) (deletion vectors), "
           f"{report.dml_resolved_in_commit} of them over concurrent commits without a re-run")
+    print(f"delta-spark  {report.delta_spark_commits} UPDATE commit(s) in the same session, "
+          f"{report.delta_spark_reruns} re-run after a conflict it detected with a txnlog commit")
+    print(f"engines      events versions {first_version} -> {final.version} by engine (DESCRIBE HISTORY): "
+          + (", ".join(f"{n} {engine}" for engine, n in sorted(engines.items())) or "none"))
     print(f"hop 2        events change feed -> user_totals by foreachBatch MERGE (app {TOTALS_APP_ID}): {report.totals_batches} batch(es), "
           f"{stats.committed} commit(s), {stats.skipped} replayed batch(es) skipped; change rows "
           + (", ".join(f"{n} {kind}" for kind, n in sorted(report.change_rows.items())) or "none"))
@@ -537,9 +674,10 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     print(f"checkpoints  {_checkpoints(args.table) - checkpoints_before} written on events (every {PROPERTIES['delta.checkpointInterval']} versions)")
     print(f"files        {final.num_files} live in events")
     print(f"time         {time.monotonic() - started:.1f}s")
-    print(f"verified     events {'OK' if events_ok else 'MISMATCH'} with DuckDB: {events_detail}")
-    print(f"verified     user_totals {'OK' if totals_ok else 'MISMATCH'} with DuckDB: {totals_detail}")
-    return OK if events_ok and totals_ok else FAILED
+    for reader, (events_ok, events_detail), (totals_ok, totals_detail) in verified:
+        print(f"verified     events {'OK' if events_ok else 'MISMATCH'} with {reader}: {events_detail}")
+        print(f"verified     user_totals {'OK' if totals_ok else 'MISMATCH'} with {reader}: {totals_detail}")
+    return OK if all(e[0] and t[0] for _, e, t in verified) else FAILED
 
 
 def main(argv: list[str] | None = None, spark: Any = None) -> int:
@@ -547,7 +685,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
     args = parse_args(argv)
     setup_logging(args.verbose)
     own = spark is None
-    spark = spark if spark is not None else local_session("txnlog-pipeline")
+    spark = spark if spark is not None else local_session("txnlog-pipeline", delta=True)
     try:
         return run(spark, args)
     finally:

@@ -125,7 +125,7 @@ def duckdb_rows(uri: str) -> pa.Table:
     return con.sql(f"select * from delta_scan('{uri}')").fetch_arrow_table()
 
 
-def delete_rows_where(table: txnlog.Table, gone: Callable[[pa.Table], pa.Array]) -> txnlog.CommitResult:
+def delete_rows_where(table: txnlog.Table, gone: Callable[[pa.Table], pa.Array], *, max_inline_bytes: int = 0) -> txnlog.CommitResult:
     """A merge-on-read DELETE (as txnlog's DML does it): the rows ``gone`` selects are marked in
     deletion vectors, unioned with the vectors files already have, in one commit."""
     snapshot = table.snapshot()
@@ -134,7 +134,7 @@ def delete_rows_where(table: txnlog.Table, gone: Callable[[pa.Table], pa.Array])
     for i in range(files.num_rows):
         rows = context.read(files.slice(i, 1), row_index="__pos")
         positions.append(rows.filter(gone(rows))["__pos"].combine_chunks())
-    deletes = delete_rows(table.store, files, positions, context.deleted_rows(files))
+    deletes = delete_rows(table.store, files, positions, context.deleted_rows(files), max_inline_bytes=max_inline_bytes)
     with table.transaction("DELETE") as txn:
         txn.remove_files(deletes.removed)
         txn.add_files(deletes.added)

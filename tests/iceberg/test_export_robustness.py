@@ -119,9 +119,9 @@ def test_an_inline_deletion_vector_becomes_a_position_delete(tmp_path):
     uri, table = _table(tmp_path, properties={"delta.enableDeletionVectors": "true"})
     table.append(_rows(0, 10))
     export(uri)
-    delete_rows_where(table, lambda rows: pa.array([v == 3 for v in rows["id"].to_pylist()]))
+    delete_rows_where(table, lambda rows: pa.array([v == 3 for v in rows["id"].to_pylist()]), max_inline_bytes=64)
     (vector,) = [v for v in table.snapshot().files()["deletion_vector"].to_pylist() if v is not None]
-    assert vector["storage_type"] == "i"  # one row: inline in the log, no vector file
+    assert vector["storage_type"] == "i"  # one row: inline in the log (as asked), no vector file
     export(uri)
     assert canon(iceberg_rows(uri)) == canon(table.snapshot().to_arrow()) == canon(_rows(0, 10).filter(pa.array([i != 3 for i in range(10)])))
 

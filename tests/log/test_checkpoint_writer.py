@@ -26,7 +26,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 import txnlog
 from txnlog.errors import FileAlreadyExistsError, StorageError, TxnLogError
 from txnlog.log import checkpoint_writer
-from txnlog.log.actions import DomainMetadata, Protocol, RemoveFile, Txn
+from txnlog.log.actions import DeletionVectorDescriptor, DomainMetadata, Protocol, RemoveFile, Txn
 from txnlog.log.checkpoint_writer import CheckpointResult, write_checkpoint
 from txnlog.log.codec import encode_action
 from txnlog.log.file_actions import file_keys
@@ -607,7 +607,9 @@ def test_v2_checkpoint_with_sidecars(log_writer: Callable[..., Any], monkeypatch
     sidecars = result.paths[1:]
     assert len(sidecars) >= 2 and all(p.startswith(SIDECAR_DIR + "/") for p in sidecars)
     top_rows = pq.read_table(os.path.join(writer.uri, result.paths[0]))
-    assert "add" not in top_rows.column_names
+    # File actions only in the sidecars; the top-level file keeps null add/remove columns, as
+    # delta-spark's own does (it reads the top-level file with the file's schema).
+    assert top_rows.column("add").null_count == top_rows.column("remove").null_count == top_rows.num_rows
     assert _valid(top_rows, "checkpointMetadata") == [{"version": 2, "tags": None}]
     assert sorted(f"{SIDECAR_DIR}/{s['path']}" for s in _valid(top_rows, "sidecar")) == sorted(sidecars)
     assert result.num_add_files == snapshot.num_files == 18
@@ -714,3 +716,21 @@ def test_corpus_table_reads_back_from_its_checkpoint(
     assert _tombstone_paths(reread) == _tombstone_paths(snapshot)
     if delta_rs_files is not None:
         assert sorted(DeltaTable(path).file_uris()) == delta_rs_files
+
+
+def test_checkpoints_leave_max_row_index_null(log_writer: Callable[..., Any]) -> None:
+    """An add whose log entry carries maxRowIndex (an older txnlog wrote it) is checkpointed
+    without it, as delta-spark checkpoints: delta-spark asserts it is unset when it writes such
+    an add again (RESTORE to a version read from the checkpoint failed)."""
+    writer = log_writer()
+    features = ("deletionVectors",)
+    add = encode_action(writer.add("a.parquet", num_records=10, deletion_vector=DeletionVectorDescriptor("i", "abcde", 4, 1)))["add"]
+    writer.create({"add": {**add, "deletionVector": {**add["deletionVector"], "maxRowIndex": 3}}},
+                  protocol=Protocol(3, 7, features, features))
+    snapshot = txnlog.Table(writer.uri).snapshot()
+    assert snapshot.files().column("deletion_vector").to_pylist()[0]["max_row_index"] == 3  # read as written
+
+    result = write_checkpoint(snapshot)
+
+    (vector,) = [a["deletionVector"] for a in _valid(_checkpoint_rows(writer.uri, result), "add")]
+    assert vector == {"storageType": "i", "pathOrInlineDv": "abcde", "offset": None, "sizeInBytes": 4, "cardinality": 1, "maxRowIndex": None}

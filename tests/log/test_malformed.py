@@ -24,6 +24,7 @@ from txnlog.errors import (
     VersionGapError,
 )
 from txnlog.log.actions import DeletionVectorDescriptor, Metadata, Protocol
+from txnlog.log.codec import encode_action
 from txnlog.log.filenames import LOG_DIR, SIDECAR_DIR, classic_checkpoint_path, commit_path
 from txnlog.schema import FIELD_METADATA_KEY
 
@@ -282,12 +283,15 @@ def test_deletion_vectors_and_column_mapping_are_readable(log_writer: Callable[.
     features = ("columnMapping", "deletionVectors")
     w = log_writer()
     dv = DeletionVectorDescriptor("u", "ab^-aqEH.-t@S}K{vb[*k^", 34, 3, offset=1, max_row_index=9)
+    # Another writer's add may carry maxRowIndex (txnlog never writes it): it is read.
+    add = encode_action(w.add("a.parquet", deletion_vector=dv))["add"]
+    add = {"add": {**add, "deletionVector": {**add["deletionVector"], "maxRowIndex": 9}}}
     w.commit(
         0,
         Protocol(3, 7, features, features),
         Metadata(id="m", schema_string=json.dumps(schema),
                  configuration={"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "3"}),
-        w.add("a.parquet", deletion_vector=dv),
+        add,
     )
     snap = txnlog.Table(w.uri).snapshot()
     row = snap.files().to_pylist()[0]

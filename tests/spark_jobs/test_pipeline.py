@@ -32,7 +32,8 @@ def source_rows(source_dir: Path) -> list[dict[str, object]]:
         for r in pq.read_table(path).to_pylist():
             if r["amount"] < 1:
                 continue  # the pipeline's DELETE
-            rows.append({**r, "flag": "big" if r["amount"] >= 90 else None})  # its UPDATE
+            # its UPDATE, and delta-spark's
+            rows.append({**r, "flag": "big" if r["amount"] >= 90 else "mid" if r["amount"] >= 50 else None})
     return rows
 
 
@@ -73,13 +74,19 @@ def totals_batches(out: str) -> list[tuple[int, int]]:
 
 @pytest.mark.spark
 @pytest.mark.timeout(900)
-def test_two_hop_pipeline_loses_and_duplicates_nothing(spark, tmp_path, capsys):
+def test_two_hop_pipeline_loses_and_duplicates_nothing(delta_spark, tmp_path, capsys):
+    spark = delta_spark
     data = tmp_path / "data"
     events, totals, source = data / "events", data / "user_totals", data / "source"
     argv = ["--table", str(events), "--batches", "4", "--rows", "400", "--pause", "0.2"]
     assert pipeline.main(argv, spark=spark) == 0
     out = capsys.readouterr().out
-    assert "verified     events OK" in out and "verified     user_totals OK" in out
+    for reader in ("DuckDB", "delta-spark"):
+        assert f"verified     events OK with {reader}" in out and f"verified     user_totals OK with {reader}" in out
+    # delta-spark's UPDATE raced the txnlog writers in the same session and committed.
+    assert re.search(r"^\[delta-spark\] version \d+: UPDATE SET flag = 'mid'", out, re.M)
+    engines = re.search(r"^engines .*: (.*)$", out, re.M)
+    assert engines and re.search(r"\d+ delta-spark", engines.group(1)) and re.search(r"\d+ txnlog", engines.group(1))
     # Row-level concurrency: a DML that loses to OPTIMIZE is rebased, never re-run.
     assert re.search(r"^statements re-run because of compaction: 0; rebased at row level instead: ", out, re.M)
     assert "hop 1 " in out and "hop 2 " in out
@@ -89,6 +96,7 @@ def test_two_hop_pipeline_loses_and_duplicates_nothing(spark, tmp_path, capsys):
     assert read_events(events) == events_reference(rows)
     assert read_totals(totals) == totals_reference(rows)
     assert sum(r["flag"] == "big" for r in rows) > 0  # hop 2 saw updates change an aggregate
+    assert sum(r["flag"] == "mid" for r in rows) > 0  # and delta-spark's
 
     table = Table(str(events))
     configuration = table.snapshot().metadata.configuration
@@ -100,6 +108,8 @@ def test_two_hop_pipeline_loses_and_duplicates_nothing(spark, tmp_path, capsys):
     operations = {h.commit_info.operation for h in history if h.commit_info is not None}
     # The final compaction pass makes at least one OPTIMIZE certain, whatever the timing.
     assert {"STREAMING UPDATE", "OPTIMIZE", "DELETE", "UPDATE"} <= operations
+    delta_spark_updates = [h for h in history if h.commit_info is not None and "Delta-Lake" in (h.commit_info.engine_info or "")]
+    assert delta_spark_updates and {h.commit_info.operation for h in delta_spark_updates} == {"UPDATE"}
     dml_metrics = [h.commit_info.operation_metrics or {} for h in history if h.commit_info is not None and h.commit_info.operation in ("DELETE", "UPDATE")]
     assert any(int(m.get("numDeletionVectorsAdded", 0)) + int(m.get("numDeletionVectorsUpdated", 0)) > 0 for m in dml_metrics)  # merge-on-read
     first_totals_version = Table(str(totals)).snapshot().app_transaction_version(pipeline.TOTALS_APP_ID)
@@ -109,7 +119,8 @@ def test_two_hop_pipeline_loses_and_duplicates_nothing(spark, tmp_path, capsys):
     before = table.latest_version()
     assert pipeline.main(argv[:2] + ["--batches", "2", "--rows", "400", "--pause", "0.2"], spark=spark) == 0
     out = capsys.readouterr().out
-    assert "verified     events OK" in out and "verified     user_totals OK" in out
+    for reader in ("DuckDB", "delta-spark"):
+        assert f"verified     events OK with {reader}" in out and f"verified     user_totals OK with {reader}" in out
     assert re.search(r"^statements re-run because of compaction: 0;", out, re.M)
     assert totals_batches(out) and all(first > before for first, _ in totals_batches(out))  # hop 2 read only the new versions
     rows2 = source_rows(source)
@@ -118,3 +129,56 @@ def test_two_hop_pipeline_loses_and_duplicates_nothing(spark, tmp_path, capsys):
     assert read_totals(totals) == totals_reference(rows2)
     assert Table(str(events)).snapshot().app_transaction_version(query_id) == 5
     assert Table(str(totals)).snapshot().app_transaction_version(pipeline.TOTALS_APP_ID) > first_totals_version
+
+
+@pytest.mark.spark
+def test_a_delta_spark_conflict_names_the_txnlog_commit_it_lost_to(delta_spark, tmp_path):
+    """The pipeline's delta-spark job recognizes delta-spark's conflicts and names the winning
+    commit: here its UPDATE (held inside its scan by a UDF until the txnlog commit is in) loses
+    to a txnlog DELETE of a file it read. delta-spark checks the winner's added files first, so
+    the file re-added with its deletion vector makes it a ConcurrentAppendException (a sibling
+    of DeltaConcurrentModificationException in delta-spark's Python classes, not a subclass)."""
+    uri = str(tmp_path / "events")
+    table = Table.create(uri, pipeline.SCHEMA, partition_by=["day"], properties=pipeline.PROPERTIES)
+    table.append(pipeline.source_batch(0, 100))
+    started, go = tmp_path / "started", tmp_path / "go"
+
+    def hold(amount: float) -> bool:
+        import time
+
+        if not started.exists():
+            started.touch()
+            deadline = time.monotonic() + 120
+            while not go.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return amount >= 50
+
+    delta_spark.udf.register("held_until_go", hold, "boolean")
+    outcome: dict[str, BaseException] = {}
+
+    def update() -> None:
+        try:
+            delta_spark.sql(f"UPDATE delta.`{uri}` SET {pipeline.MID_SET} WHERE held_until_go(amount)").collect()
+        except BaseException as error:  # noqa: BLE001 - examined below
+            outcome["error"] = error
+
+    import threading
+    import time
+
+    thread = threading.Thread(target=update)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists()
+    winner = table.delete("event_id < 10")  # removes the file delta-spark is reading (deletion vectors)
+    go.touch()
+    thread.join(300)
+
+    conflict = pipeline.delta_spark_conflict(outcome["error"])
+    assert conflict is not None, outcome["error"]
+    condition, version, operation = conflict
+    assert condition == "ConcurrentAppendException" and (version, operation) == (int(winner), "DELETE")
+    assert pipeline.delta_spark_conflict(ValueError("not a conflict")) is None
+    assert Table(uri).latest_version() == int(winner)  # delta-spark committed nothing
+    assert delta_spark.read.format("delta").load(uri).count() == 90

@@ -68,14 +68,19 @@ def test_written_vectors_read_back_as_the_same_rows(tmp_path_factory: pytest.Tem
             assert dv.max_row_index == max(rows)
 
 
-def test_small_vectors_go_inline_and_large_ones_share_a_file(tmp_path: Path) -> None:
+def test_vectors_share_one_file_and_small_ones_go_inline_only_when_asked(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "default"))
+    descriptors = write_deletion_vectors(store, {"a": [1, 2], "b": [3]})
+    assert descriptors["a"].storage_type == descriptors["b"].storage_type == "u"  # delta-spark's VACUUM needs files
+    assert descriptors["a"].path_or_inline_dv == descriptors["b"].path_or_inline_dv
+
     store = open_store(str(tmp_path))
-    descriptors = write_deletion_vectors(store, {"a": [1, 2], "b": range(0, 200_000, 3), "c": range(5, 100_000, 7)})
+    descriptors = write_deletion_vectors(store, {"a": [1, 2], "b": range(0, 200_000, 3), "c": range(5, 100_000, 7)}, max_inline_bytes=64)
     assert descriptors["a"].storage_type == "i"
     assert descriptors["b"].storage_type == descriptors["c"].storage_type == "u"
     assert descriptors["b"].path_or_inline_dv == descriptors["c"].path_or_inline_dv
     assert descriptors["b"].offset == 1 and descriptors["c"].offset > descriptors["b"].offset
-    written = [p.name for p in tmp_path.iterdir()]
+    written = [p.name for p in tmp_path.iterdir() if p.name != "default"]
     assert len(written) == 1 and written[0].startswith("deletion_vector_") and written[0].endswith(".bin")
 
 

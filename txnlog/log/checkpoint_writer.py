@@ -332,8 +332,13 @@ _TOMBSTONE_TO_LOG = dict(zip(TOMBSTONES_SCHEMA.names, (f.name for f in REMOVE_LO
 
 def _log_child(batch: pa.RecordBatch, column: str) -> pa.Array:
     child = batch.column(column)
-    # Same layout, camelCase field names: a zero-copy view.
-    return child.view(DV_LOG_TYPE) if column == "deletion_vector" else child
+    if column != "deletion_vector":
+        return child
+    # camelCase field names, and maxRowIndex left null as delta-spark leaves it: it is not the
+    # protocol's, and delta-spark refuses to re-serialize an add that has one.
+    dv = child.view(DV_LOG_TYPE)
+    fields = [pa.nulls(len(dv), f.type) if f.name == "maxRowIndex" else values for f, values in zip(DV_LOG_TYPE, dv.flatten())]
+    return pa.StructArray.from_arrays(fields, fields=list(DV_LOG_TYPE), mask=dv.is_null())
 
 
 def _encode_removes(batch: pa.RecordBatch) -> pa.StructArray:
@@ -484,6 +489,9 @@ def _write_v2(store: LogStore, version: int, content: _Content) -> CheckpointRes
             info = store.info(path)
             sidecars.append(Sidecar(path=name, size_in_bytes=info.size, modification_time=info.modification_time))
 
+        # The file actions live in the sidecars, but the top-level file keeps (null) add and
+        # remove columns: delta-spark reads it with a schema taken from the file and fails
+        # without them ("No such struct field `add`").
         top_schema = pa.schema(
             [
                 ("checkpointMetadata", CHECKPOINT_METADATA_TYPE),
@@ -492,6 +500,7 @@ def _write_v2(store: LogStore, version: int, content: _Content) -> CheckpointRes
                 ("protocol", PROTOCOL_TYPE),
                 ("domainMetadata", DOMAIN_METADATA_TYPE),
                 ("sidecar", SIDECAR_TYPE),
+                *sidecar_schema,
             ]
         )
         rows = (

@@ -408,6 +408,10 @@ _ENCODE_CHUNK_ROWS = 65_536
 # Up to this many rows, encoding row by row is quicker than a dozen string kernels.
 _FEW_ROWS = 64
 _DV_LOG_NAMES = dict(zip(DV_TYPE.names, DV_LOG_TYPE.names))
+# Descriptor fields that are not the protocol's and never reach the log: delta-spark keeps
+# maxRowIndex in memory only, and refuses to re-serialize an add that has one (RESTORE,
+# CLONE and row-tracking backfill of a file txnlog wrote failed an assertion).
+_DV_IN_MEMORY_ONLY = frozenset({"max_row_index"})
 
 
 ADD_LOG_COLUMNS = tuple((log_name, col) for log_name, col, _ in _ADD_FIELDS)
@@ -423,7 +427,7 @@ def log_body(values: Iterable[tuple[str, Any]]) -> dict[str, Any]:
         if value is None or (log_name == "tags" and not value):
             continue
         if log_name == "deletionVector":
-            value = {_DV_LOG_NAMES[k]: v for k, v in value.items() if v is not None}
+            value = {_DV_LOG_NAMES[k]: v for k, v in value.items() if v is not None and k not in _DV_IN_MEMORY_ONLY}
         elif isinstance(value, Mapping):
             value = dict(value)
         body[log_name] = value

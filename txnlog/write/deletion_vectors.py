@@ -1,7 +1,7 @@
 """Writing deletion vectors: the deleted rows of many data files, as descriptors for their adds.
 
-Small vectors go inline in the log; the rest share one ``deletion_vector_<uuid>.bin`` file per
-call, as delta-spark writes them: a version byte, then for each vector its size (4 bytes, big
+Vectors share one ``deletion_vector_<uuid>.bin`` file per call (inline vectors in the log only
+when asked, see MAX_INLINE_BYTES), as delta-spark writes them: a version byte, then for each vector its size (4 bytes, big
 endian), the serialized bitmap and its CRC-32 (big endian). The file is written before the
 commit that names it; if the commit never happens it is an orphan that vacuum removes.
 """
@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
 DV_FILE_FORMAT_VERSION = 1
 _TIGHT_BOUNDS = re.compile(r'"tightBounds"\s*:\s*true')
-# Serialized vectors up to this size go inline: a few rows, where a file read would cost more
-# than the extra bytes in every log replay.
-MAX_INLINE_BYTES = 64
+# Serialized vectors up to this size go inline in the log. None by default: delta-spark 4.4
+# writes only vector files, and its VACUUM fails (a MatchError) on a table holding an inline one.
+MAX_INLINE_BYTES = 0
 
 
 def write_deletion_vectors(
