@@ -331,7 +331,11 @@ def _delete(path: Path, setup: Setup, predicate: str) -> None:
 
 
 def _compact(path: Path, setup: Setup) -> None:
-    Table(path).optimize(setup.predicate, min_files=1)
+    """Compaction of the files ``setup.predicate`` selects (OPTIMIZE's own predicate names
+    partition columns only, and some setups are not partitioned)."""
+    txn = Table(path).transaction("OPTIMIZE")
+    stage_optimize(txn, OptimizeParameters(min_files=1), files=txn.snapshot.files(setup.predicate))
+    txn.commit()
 
 
 FILE_WINNERS = [

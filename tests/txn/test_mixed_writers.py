@@ -65,7 +65,7 @@ def check_mixed(spark: Any, table: Table, path: Path, start: int, history: mixed
     assert by_txnlog and len(committed) > len(by_txnlog), f"one side committed nothing: {history.conflicts}"
 
 
-@pytest.mark.parametrize("txnlog_in", ["threads", "processes"])
+@pytest.mark.parametrize("txnlog_in", ["threads", pytest.param("processes", marks=pytest.mark.soak)])
 def test_a_mixed_history_equals_the_serial_run_of_its_commits(delta_spark: Any, tmp_path: Path, txnlog_in: str) -> None:
     path = tmp_path / "t"
     table = mixed.create(path)
