@@ -1,9 +1,8 @@
 """txnlog reads and continues what delta-spark writes: each table is made by delta-spark itself,
 one per feature it writes. txnlog returns delta-spark's rows at every version, then appends,
 deletes, updates and merges, each read back by delta-spark (and delta-spark writes again after
-txnlog), with the change feed and row ids compared where the table has them; or txnlog
-refuses with an UnsupportedFeatureError naming the feature, committing nothing, and the table
-stays delta-spark's to write. Never a wrong row, never a table delta-spark then refuses."""
+txnlog), with the change feed and row ids compared where the table has them. Never a wrong
+row, never a table delta-spark then refuses."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from txnlog import Table
-from txnlog.errors import ProtocolViolationError, UnsupportedFeatureError
+from txnlog.errors import ProtocolViolationError
 from txnlog.log.filenames import LOG_DIR
 
 from .agree import (
@@ -40,28 +39,14 @@ class Feature:
 
     ddl: str
     statements: tuple[str, ...]
-    refused_by_txnlog: str | None = None  # the writer feature txnlog names when it refuses
     change_feed: bool = False
     row_tracking: bool = False
     session: dict[str, str] = field(default_factory=dict)  # delta-spark confs while it makes the table
 
 
 FEATURES = {
-    "identity-columns": Feature(
-        "(id BIGINT GENERATED ALWAYS AS IDENTITY (START WITH 10 INCREMENT BY 5), v STRING) USING delta",
-        ("INSERT INTO {t} (v) VALUES ('a'), ('b')", "INSERT INTO {t} (v) VALUES ('c')"),
-        refused_by_txnlog="identityColumns",
-    ),
-    "generated-columns": Feature(
-        "(id BIGINT, v STRING, id2 BIGINT GENERATED ALWAYS AS (id * 2)) USING delta",
-        ("INSERT INTO {t} (id, v) VALUES (1, 'a'), (2, 'b')",),
-        refused_by_txnlog="generatedColumns",
-    ),
-    "column-defaults": Feature(
-        "(id BIGINT, v STRING DEFAULT 'unset') USING delta TBLPROPERTIES ('delta.feature.allowColumnDefaults' = 'supported')",
-        ("INSERT INTO {t} (id) VALUES (1)", "INSERT INTO {t} VALUES (2, 'b')"),
-        refused_by_txnlog="allowColumnDefaults",
-    ),
+    # Identity, generated and default columns: tests/spark/test_supplied_columns_delta.py has
+    # txnlog continue delta-spark's tables of them (ids unique across both writers).
     "liquid-clustering": Feature(
         "(id BIGINT, v STRING) USING delta CLUSTER BY (id)",
         ("INSERT INTO {t} VALUES (1, 'a'), (2, 'b')", "INSERT INTO {t} VALUES (3, 'c')", "OPTIMIZE {t}"),
@@ -164,8 +149,8 @@ def continue_with_txnlog(spark: Any, path: Path) -> None:
     spark.sql(f"INSERT INTO {quoted(path)} SELECT * FROM {quoted(path)} WHERE id = 903").collect()
 
 
-#: The features tested by default (the richest tables and one refusal); the rest under soak.
-DEFAULT_FEATURES = {"identity-columns", "deletion-vectors-change-feed-row-tracking", "v2-checkpoints-in-commit-timestamps",
+#: The features tested by default (the richest tables); the rest under soak.
+DEFAULT_FEATURES = {"deletion-vectors-change-feed-row-tracking", "v2-checkpoints-in-commit-timestamps",
                     "column-mapping-renames-drops", "variant", "multi-part-checkpoint-compaction-checksums"}
 
 
@@ -178,25 +163,6 @@ def test_txnlog_reads_and_continues_delta_spark_tables(delta_spark: Any, spark_c
         log = sorted(os.listdir(path / LOG_DIR))
         assert any(".checkpoint.0000000001.00000000" in f for f in log) and any(f.endswith(".crc") for f in log)
         write_compaction_file(delta_spark, path, 1, 3)
-    table = Table(path)
-    before = table.latest_version()
-
-    if feature.refused_by_txnlog:
-        assert_rows_agree(delta_spark, path)
-        first = table.snapshot().to_arrow(["id"]).column("id")[0].as_py()
-        for attempt in (
-            lambda: table.append(new_rows(table, [900])),
-            lambda: table.delete(f"id = {first}"),
-            lambda: table.merge(new_rows(table, [901]), on="id", when_not_matched_insert="*"),
-        ):
-            with pytest.raises(UnsupportedFeatureError, match=feature.refused_by_txnlog) as refused:
-                attempt()
-            assert feature.refused_by_txnlog in refused.value.features
-        assert table.latest_version() == before  # nothing committed, nothing half-done
-        delta_spark.sql(feature.statements[0].format(t=quoted(path))).collect()  # still delta-spark's to write
-        assert txnlog_rows(table) == spark_rows(delta_spark, path)
-        return
-
     continue_with_txnlog(delta_spark, path)
     assert_rows_agree(delta_spark, path)  # delta-spark's versions, txnlog's and the last INSERT
     if feature.change_feed:
