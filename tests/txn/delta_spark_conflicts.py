@@ -63,15 +63,22 @@ def txnlog_outcome(commit: Callable[[], Any]) -> str:
 
 
 def delta_outcome(commit: Callable[[], Any]) -> str:
-    from py4j.protocol import Py4JJavaError
-
     try:
         commit()
-    except Py4JJavaError as e:
-        label = _label(str(e.java_exception.getClass().getSimpleName()))
+    except Exception as e:  # noqa: BLE001 - a Py4JJavaError, or pyspark's conversion of one
+        # Once delta-spark's Python package is imported (delta.exceptions), py4j errors arrive
+        # converted to its captured exceptions, which keep the Java throwable as _origin.
+        from pyspark.errors.exceptions.captured import CapturedException
+
+        java = getattr(e, "java_exception", None) or getattr(e, "_origin", None)
+        if java is None:
+            if not isinstance(e, CapturedException):
+                raise
+            return _label(type(e).__name__)  # delta-spark names its captured classes after the Java ones
+        label = _label(str(java.getClass().getSimpleName()))
         if label.startswith("other:"):
-            frames = [str(f) for f in e.java_exception.getStackTrace()[:4]]
-            label += f" ({str(e.java_exception.getMessage())[:300]} at {frames})"
+            frames = [str(f) for f in java.getStackTrace()[:4]]
+            label += f" ({str(java.getMessage())[:300]} at {frames})"
         return label
     return "ok"
 
