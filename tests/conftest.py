@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,22 @@ def _conformance_root() -> Path | None:
     root = Path(configured) if configured else REPO_ROOT.parent / "shared" / "conformance"
     return root if (root / "tables").is_dir() and (root / "expected").is_dir() else None
 
+
+
+@contextmanager
+def session_confs(spark: Any, values: Mapping[str, str]) -> Iterator[None]:
+    """Set Spark session confs for a block, then restore each (unset where it was unset)."""
+    before = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 @pytest.fixture(scope="session")
 def conformance_dir() -> Path:

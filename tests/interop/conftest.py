@@ -3,11 +3,13 @@ settings a test needs for a while (restored after)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
+
+from tests.conftest import session_confs
 
 pytestmark = pytest.mark.spark
 
@@ -16,19 +18,8 @@ pytestmark = pytest.mark.spark
 def spark_conf(delta_spark: Any) -> Callable[..., AbstractContextManager[None]]:
     """``with spark_conf({"key": "value"}):`` sets session confs and restores them after."""
 
-    @contextmanager
-    def setting(values: dict[str, str]) -> Iterator[None]:
-        before = {k: delta_spark.conf.get(k, None) for k in values}
-        for k, v in values.items():
-            delta_spark.conf.set(k, v)
-        try:
-            yield
-        finally:
-            for k, v in before.items():
-                if v is None:
-                    delta_spark.conf.unset(k)
-                else:
-                    delta_spark.conf.set(k, v)
+    def setting(values: dict[str, str]) -> AbstractContextManager[None]:
+        return session_confs(delta_spark, values)
 
     return setting
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import session_confs
 from tests.txn.delta_spark_conflicts import GROUPS, Cell, Delta, run_all
 
 #: The first test runs every scenario in the module fixture: 136 of them took 10 minutes on 2
@@ -84,17 +85,10 @@ def matrix(request: pytest.FixtureRequest, spark: Any, tmp_path_factory: pytest.
     if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
         pytest.skip("delta-spark's jars are not fetched; run `make jars`")
     delta_spark = spark
-    saved = {key: delta_spark.conf.get(key, None) for key in FAST}
-    for key, value in FAST.items():
-        delta_spark.conf.set(key, value)
     try:
-        cells = list(run_all(tmp_path_factory.mktemp("differential"), delta_spark, _selected_groups(request.session)))
+        with session_confs(delta_spark, FAST):
+            cells = list(run_all(tmp_path_factory.mktemp("differential"), delta_spark, _selected_groups(request.session)))
     finally:
-        for key, value in saved.items():
-            if value is None:
-                delta_spark.conf.unset(key)
-            else:
-                delta_spark.conf.set(key, value)
         Delta(delta_spark).clear_cache()
     return {(c.setup, c.winner, c.loser): c for c in cells}
 
