@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "txnlog"
 LAYERS: dict[str, float] = {
     "txnlog._version": 0,
     "txnlog.errors": 0,
+    "txnlog.documents": 0,
     "txnlog.properties": 0,
     "txnlog.schema": 0,
     "txnlog.storage": 1,
@@ -190,6 +191,7 @@ def test_no_type_level_circle_through_table_or_snapshot() -> None:
 SURFACES = (
     "txnlog",
     "txnlog.errors",
+    "txnlog.documents",
     "txnlog.properties",
     "txnlog.schema",
     "txnlog.file_facts",

@@ -28,6 +28,7 @@ from pyiceberg.table.update import SetPropertiesUpdate
 from txnlog import Snapshot as DeltaSnapshot
 from txnlog import Table
 from txnlog import properties as props
+from txnlog.documents import document
 from txnlog.errors import FileAlreadyExistsError, TxnLogError
 from txnlog.iceberg.catalog import commit_to_catalog
 from txnlog.iceberg.datafiles import data_files
@@ -78,17 +79,7 @@ class ExportResult:
     catalog_identifier: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        # camelCase, as every other result's to_dict (and so every --json document)
-        return {
-            "tableUri": self.table_uri,
-            "deltaVersion": self.delta_version,
-            "previousDeltaVersion": self.previous_delta_version,
-            "snapshotIds": list(self.snapshot_ids),
-            "metadataLocation": self.metadata_location,
-            "rebuilt": self.rebuilt,
-            "rebuildReason": self.rebuild_reason,
-            "catalogIdentifier": self.catalog_identifier,
-        }
+        return document(self)
 
 
 def _commit_files(commit: Commit) -> tuple[pa.Table, pa.Table, Metadata | None]:

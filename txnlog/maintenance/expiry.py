@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from txnlog import Table
 from txnlog import properties as props
+from txnlog.documents import document
 from txnlog.errors import ExpiryFailedError, InvalidArgumentError
 from txnlog.maintenance import arguments, consumers, core, tags
 from txnlog.maintenance.deletes import Progress, delete_paths
@@ -67,18 +68,7 @@ class ExpireResult:
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table_uri,
-            "latestVersion": self.latest_version,
-            "earliestBefore": self.earliest_before,
-            "earliestAfter": self.earliest_after,
-            "expiredVersions": self.expired_versions,
-            "deletedFiles": list(self.deleted_files),
-            "checkpointWritten": self.checkpoint_written,
-            "keptTags": list(self.kept_tags),
-            "droppedConsumers": list(self.dropped_consumers),
-            "dryRun": self.dry_run,
-        }
+        return document(self, keys={"table_uri": "table"})
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from txnlog.documents import document
 from txnlog.errors import InvalidArgumentError, MissingFilesError, ObjectNotFoundError
 from txnlog.maintenance import arguments, core
 from txnlog.maintenance.deletes import DEFAULT_WORKERS, Progress
@@ -39,17 +40,15 @@ class RestoreResult:
     bytes_after: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table_uri,
-            "version": self.version,
-            "restoredVersion": self.restored_version,
-            "numRestoredFiles": self.num_restored_files,
-            "numRemovedFiles": self.num_removed_files,
-            "restoredFilesSize": self.restored_bytes,
-            "removedFilesSize": self.removed_bytes,
-            "numOfFilesAfterRestore": self.num_files_after,
-            "tableSizeAfterRestore": self.bytes_after,
+        # delta-spark's RESTORE metric names
+        keys = {
+            "table_uri": "table",
+            "restored_bytes": "restoredFilesSize",
+            "removed_bytes": "removedFilesSize",
+            "num_files_after": "numOfFilesAfterRestore",
+            "bytes_after": "tableSizeAfterRestore",
         }
+        return document(self, keys=keys)
 
 
 def _missing(table: Table, paths: list[str], progress: Progress | None) -> list[str]:

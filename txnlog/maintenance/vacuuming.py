@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.compute as pc
 
 from txnlog import properties as props
+from txnlog.documents import document
 from txnlog.errors import (
     CorruptCheckpointError,
     InvalidArgumentError,
@@ -117,19 +118,8 @@ class VacuumResult:
         return tuple(d for d in self.decisions if not d.delete)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table_uri,
-            "dryRun": self.dry_run,
-            "rule": self.rule,
-            "retentionMillis": self.retention_ms,
-            "numFiles": len(self.files),
-            "sizeInBytes": self.bytes,
-            "files": list(self.files),
-            "numLiveFiles": self.num_live_files,
-            "decisions": [d.to_dict() for d in self.decisions],
-            "startVersion": self.start_version,
-            "endVersion": self.end_version,
-        }
+        keys = {"table_uri": "table", "bytes": "sizeInBytes", "retention_ms": "retentionMillis"}
+        return document(self, keys=keys, extra={"numFiles": len(self.files)})
 
 
 def _hidden(path: str, partition_columns: frozenset[str]) -> bool:

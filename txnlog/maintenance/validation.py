@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from txnlog import properties as props
+from txnlog.documents import document
 from txnlog.errors import (
     CorruptCheckpointError,
     LogCorruptError,
@@ -56,7 +57,7 @@ class Problem:
     deletion_vector: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "version": self.version, "path": self.path, "deletionVector": self.deletion_vector, "message": self.message}
+        return document(self)
 
 
 @dataclass(frozen=True)
@@ -73,14 +74,7 @@ class ValidationReport:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table_uri,
-            "ok": self.ok,
-            "latestVersion": self.latest_version,
-            "earliestVersion": self.earliest_version,
-            "checked": self.checked,
-            "problems": [p.to_dict() for p in self.problems],
-        }
+        return document(self, keys={"table_uri": "table"}, extra={"ok": self.ok})
 
 
 def _gaps(layout: LogLayout, tagged: set[int]) -> list[Problem]:
