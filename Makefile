@@ -33,10 +33,10 @@ run: $(STAMP) jars
 test: $(STAMP) jars
 	$(PY) -m ruff check txnlog tests spark_jobs benchmarks
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not soak" -q -p no:cacheprovider
+	$(PY) -m pytest -m "not soak" -q -p no:cacheprovider --durations=30
 
 soak: $(STAMP) jars
-	$(PY) -m pytest -m soak -q -p no:cacheprovider
+	$(PY) -m pytest -m soak -q -p no:cacheprovider --durations=40
 
 bench: $(STAMP) jars
 	$(PY) benchmarks/run_all.py

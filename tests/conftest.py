@@ -146,16 +146,10 @@ def delta_jars_dir() -> Path:
     return Path(os.environ.get("TXNLOG_DELTA_JARS_DIR") or REPO_ROOT / ".delta-jars")
 
 
-@pytest.fixture(scope="session")
-def spark() -> Any:
-    """The one local SparkSession of a test session (PySpark takes ~20 s to start here), with
-    delta-spark in it (``format("delta")``, Delta SQL) beside txnlog.
-
-    Tests that need Spark take this fixture; tests must not stop it or change session-wide
-    settings they do not restore. Without delta-spark's jars the session starts without Delta
-    (tests taking ``delta_spark`` skip), except under CI=true, where their absence fails.
-    """
-    pytest.importorskip("pyspark")
+def local_session_builder(app_name: str, *, delta: bool = True) -> Any:
+    """The builder of the tests' local SparkSession, with delta-spark from its jars folder (None
+    when ``delta`` and the jars are absent). Child processes that need a Spark of their own (a
+    delta-spark writer in another JVM) build theirs with it too."""
     from pyspark.sql import SparkSession
 
     from txnlog.spark import delta_jars, with_delta
@@ -168,7 +162,7 @@ def spark() -> Any:
         SparkSession.builder.master("local[2]")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
-        .appName("txnlog-tests")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
@@ -177,11 +171,27 @@ def spark() -> Any:
         # test tables load several times faster with two.
         .config("spark.databricks.delta.snapshotPartitions", "2")
     )
+    if not delta:
+        return builder
     jars_dir = delta_jars_dir()
-    if delta_jars(jars_dir):
-        builder = with_delta(builder, jars_dir=jars_dir)
-    elif os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"delta-spark's jars are not in {jars_dir}: `make jars` fetches them at set-up")
+    return with_delta(builder, jars_dir=jars_dir) if delta_jars(jars_dir) else None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    """The one local SparkSession of a test session (PySpark takes ~20 s to start here), with
+    delta-spark in it (``format("delta")``, Delta SQL) beside txnlog.
+
+    Tests that need Spark take this fixture; tests must not stop it or change session-wide
+    settings they do not restore. Without delta-spark's jars the session starts without Delta
+    (tests taking ``delta_spark`` skip), except under CI=true, where their absence fails.
+    """
+    pytest.importorskip("pyspark")
+    builder = local_session_builder("txnlog-tests")
+    if builder is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"delta-spark's jars are not in {delta_jars_dir()}: `make jars` fetches them at set-up")
+        builder = local_session_builder("txnlog-tests", delta=False)
     session = builder.getOrCreate()
     yield session
     session.stop()

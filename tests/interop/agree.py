@@ -11,6 +11,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,15 +50,40 @@ def canonical(rows: pa.Table, columns: Sequence[str] | None = None) -> list[dict
     return sorted(rows.to_pylist(), key=lambda r: tuple(_key(v) for v in r.values()))
 
 
+def spark_arrow(frame: Any) -> pa.Table:
+    """A delta-spark DataFrame as Arrow, its variant columns as their JSON."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import VariantType
+
+    variants = {f.name for f in frame.schema.fields if isinstance(f.dataType, VariantType)}
+    if variants:
+        frame = frame.select(*[F.to_json(F.col(c)).alias(c) if c in variants else F.col(c) for c in frame.columns])
+    return frame.toArrow()
+
+
+def txnlog_arrow(table: Table, version: int | None = None) -> pa.Table:
+    """txnlog's rows at ``version``, variant columns decoded to JSON as ``spark_arrow`` gives them."""
+    from pyspark.sql.types import VariantVal
+
+    snapshot = table.snapshot(version)
+    rows = snapshot.to_arrow()
+    for field in orjson.loads(snapshot.metadata.schema_string)["fields"]:
+        if field["type"] == "variant":
+            encoded = rows.column(field["name"]).to_pylist()
+            decoded = [None if v is None else VariantVal(v["value"], v["metadata"]).toJson() for v in encoded]
+            rows = rows.set_column(rows.schema.get_field_index(field["name"]), field["name"], pa.array(decoded, pa.string()))
+    return rows
+
+
 def spark_rows(spark: Any, path: Any, version: int | None = None) -> list[dict[str, Any]]:
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
-    return canonical(reader.load(str(path)).toArrow())
+    return canonical(spark_arrow(reader.load(str(path))))
 
 
 def txnlog_rows(table: Table, version: int | None = None) -> list[dict[str, Any]]:
-    return canonical(table.snapshot(version).to_arrow())
+    return canonical(txnlog_arrow(table, version))
 
 
 def assert_rows_agree(spark: Any, path: Any, versions: Iterable[int] | None = None) -> None:
@@ -78,10 +104,10 @@ def assert_rows_agree(spark: Any, path: Any, versions: Iterable[int] | None = No
             groups.append([version])
     for group in groups:
         frames = [spark.read.format("delta").option("versionAsOf", v).load(str(path)).withColumn(_VERSION, F.lit(v)) for v in group]
-        union = functools.reduce(lambda a, b: a.unionByName(b), frames).toArrow()
+        union = spark_arrow(functools.reduce(lambda a, b: a.unionByName(b), frames))
         tags = union.column(_VERSION)
         for version in group:
-            ours = snapshots[version].to_arrow()
+            ours = txnlog_arrow(table, version)
             theirs = union.filter(pc.equal(tags, version)).select(ours.column_names)
             assert canonical(theirs) == canonical(ours), f"{path} at version {version}: delta-spark {canonical(theirs)} != txnlog {canonical(ours)}"
 

@@ -33,16 +33,50 @@ def _txnlog_process(path: str, ops: list[model.Op]) -> tuple[list[tuple[int, mod
     return history.txnlog, dict(history.conflicts)
 
 
-def run_mixed(spark: Any, path: Path, seed: int, ops_per_writer: int, txnlog_in: str) -> mixed.History:
-    """Two txnlog writers (threads, or processes) and two delta-spark writers (threads of the
-    shared session) run random operations on the table at ``path``."""
+def _delta_process(path: str, plans: dict[str, list[model.Op]], ready: str) -> tuple[dict[str, model.Op], dict[str, int], list[str]]:
+    """delta-spark's writers in a JVM of their own: a local session started here, one thread
+    per writer. ``ready`` is created once the session runs, so the other side starts with it."""
+    from tests.conftest import local_session_builder
+
+    builder = local_session_builder("txnlog-tests-delta-writers")
+    assert builder is not None, "delta-spark's jars are absent"
+    spark = builder.getOrCreate()
+    try:
+        spark.read.format("delta").load(path).count()  # the first snapshot, before the race
+        Path(ready).touch()
+        history = mixed.History()
+        mixed.run_threads([lambda name=name: mixed.delta_writer(spark, Path(path), plans[name], history, name) for name in plans])
+        return history.delta, dict(history.conflicts), history.errors
+    finally:
+        spark.stop()
+
+
+def run_mixed(spark: Any, path: Path, seed: int, ops_per_writer: int, txnlog_in: str, delta_in: str = "threads") -> mixed.History:
+    """Two txnlog writers and two delta-spark writers run random operations on the table at
+    ``path``: txnlog's in threads of this process or in processes of their own; delta-spark's in
+    threads of the shared session, or of a session in another process (another JVM)."""
     rng = random.Random(seed)
     plans = {name: [mixed.random_op(rng) for _ in range(ops_per_writer)] for name in ("t1", "t2", "d1", "d2")}
     history = mixed.History()
+    txnlog_threads = [lambda name=name: mixed.txnlog_writer(path, plans[name], history) for name in ("t1", "t2")]
+    if delta_in == "process":
+        assert txnlog_in == "threads"
+        ready = path.parent / "delta-writers-ready"
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            future = pool.submit(_delta_process, str(path), {n: plans[n] for n in ("d1", "d2")}, str(ready))
+            deadline = time.monotonic() + 300
+            while not ready.exists() and not future.done() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert ready.exists(), f"the delta-spark process did not start: {future.exception() if future.done() else 'timeout'}"
+            mixed.run_threads(txnlog_threads)
+            delta, conflicts, errors = future.result(timeout=900)
+        history.delta.update(delta)
+        history.conflicts.update(conflicts)
+        history.errors += errors
+        return history
     targets = [lambda name=name: mixed.delta_writer(spark, path, plans[name], history, name) for name in ("d1", "d2")]
     if txnlog_in == "threads":
-        targets += [lambda name=name: mixed.txnlog_writer(path, plans[name], history) for name in ("t1", "t2")]
-        mixed.run_threads(targets)
+        mixed.run_threads(targets + txnlog_threads)
         return history
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_txnlog_process, str(path), plans[name]) for name in ("t1", "t2")]
@@ -71,6 +105,17 @@ def test_a_mixed_history_equals_the_serial_run_of_its_commits(delta_spark: Any, 
     table = mixed.create(path)
     start = table.latest_version()
     history = run_mixed(delta_spark, path, seed=24 if txnlog_in == "threads" else 25, ops_per_writer=5, txnlog_in=txnlog_in)
+    check_mixed(delta_spark, table, path, start, history)
+
+
+@pytest.mark.soak
+def test_a_mixed_history_with_delta_spark_in_another_process(delta_spark: Any, tmp_path: Path) -> None:
+    """delta-spark's writers in a JVM of their own (as two jobs on one table are): no shared
+    in-memory DeltaLog state, only the log on disk, as between txnlog and delta-spark."""
+    path = tmp_path / "t"
+    table = mixed.create(path)
+    start = table.latest_version()
+    history = run_mixed(delta_spark, path, seed=26, ops_per_writer=8, txnlog_in="threads", delta_in="process")
     check_mixed(delta_spark, table, path, start, history)
 
 
