@@ -361,6 +361,7 @@ class Table(Located):
         max_concurrent_tasks: int | None = None,
         min_files: int = 2,
         max_attempts: int = 5,
+        z_order_by: Sequence[str] = (),
     ) -> CommitResult | None:
         """``OPTIMIZE`` (compaction): rewrite the small files of each partition ``predicate``
         selects (SQL over partition columns only; every partition when None), and files whose
@@ -371,9 +372,16 @@ class Table(Located):
         Spark's OPTIMIZE; a conflicting commit makes it re-plan, up to ``max_attempts`` times.
         On a table with row tracking every row keeps its row id, so concurrent merge-on-read DML
         commits through it (see docs/concurrency.md). The committed version, or None when there
-        was nothing to compact."""
+        was nothing to compact.
+
+        ``z_order_by`` (an unclustered table; delta-spark's ``OPTIMIZE ... ZORDER BY``): every
+        file of each selected partition is rewritten in Z-order over these columns, so that a
+        filter on any of them skips most files. On a clustered table (``cluster_by``) OPTIMIZE
+        clusters instead: the files no earlier OPTIMIZE clustered are rewritten along a Hilbert
+        curve over the clustering columns (see docs/maintenance.md)."""
         parameters = OptimizeParameters(
-            predicate=predicate, target_size=target_size, max_concurrent_tasks=max_concurrent_tasks, min_files=min_files
+            predicate=predicate, target_size=target_size, max_concurrent_tasks=max_concurrent_tasks, min_files=min_files,
+            z_order_by=tuple(z_order_by),
         )
         result = run_optimize(lambda operation, params: self.transaction(operation, operation_parameters=params), parameters,
                               max_attempts=max_attempts)
