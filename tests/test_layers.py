@@ -338,6 +338,8 @@ def test_pyiceberg_private_names_are_used_in_one_adapter_module_only() -> None:
 DML_FOR_ENGINES = {
     # plans, decided before any row is read
     "MergePlan", "MergeClause", "RowChangePlan", "SqlExpression", "WritePlan", "WriteOptions",
+    # schema evolution on write, staged in the engine's transaction (the one place that evolves a schema)
+    "evolve_schema",
     # the MERGE builder every engine returns, and the clauses it collects for a plan
     "MergeBuilder", "MergeAliases", "ClauseSpec",
     # executors and their parts

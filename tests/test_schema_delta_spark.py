@@ -97,3 +97,42 @@ def test_delta_spark_continues_and_optimizes_a_table_txnlog_clustered(delta_spar
     t.append(pa.table({"id": [4], "k": ["d"]}))
     assert sorted(r["id"] for r in t.snapshot().to_arrow().to_pylist()) == [1, 2, 3, 4]
     assert [r["id"] for r in _spark_rows(delta_spark, uri)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("executor", ["python", "spark", "spark-executors"])
+def test_merge_schema_evolution_agrees_with_delta_sparks_auto_merge(delta_spark: Any, tmp_path: Path, executor: str) -> None:
+    """The same MERGEs with ``UPDATE SET *``/``INSERT *`` and new source columns, txnlog's with
+    ``schema_mode="merge"`` (``Table.merge``; ``txnlog.spark.merge`` on the driver, and on
+    Spark's executors) and delta-spark's with ``schema.autoMerge.enabled``: the same schema and
+    the same rows (read by delta-spark), including a source that lacks a column."""
+    from tests.conftest import session_confs
+    from txnlog.spark.driver import DRIVER_SCAN_CELLS_CONF
+    from txnlog.spark.merge import merge as spark_merge
+
+    def merge_ours(df: Any) -> None:
+        if executor == "python":
+            Table(ours).merge(df.toArrow(), "id", when_matched_update="*", when_not_matched_insert="*", schema_mode="merge")
+            return
+        confs = {DRIVER_SCAN_CELLS_CONF: "0"} if executor == "spark-executors" else {}
+        with session_confs(delta_spark, confs):
+            spark_merge(delta_spark, ours, df, "id", when_matched_update="*", when_not_matched_insert="*", schema_mode="merge")
+
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    Table.create(ours, pa.schema([("id", pa.int64()), ("v", pa.string())])).append(pa.table({"id": [1, 2], "v": ["a", "b"]}))
+    delta_spark.sql(f"CREATE TABLE delta.`{theirs}` (id BIGINT, v STRING) USING delta")
+    delta_spark.sql(f"INSERT INTO delta.`{theirs}` VALUES (1, 'a'), (2, 'b')")
+    sources = [
+        ([(2, "B", 20), (3, "C", 30)], "id BIGINT, v STRING, extra BIGINT"),
+        ([(1, 10, "x"), (4, 40, "y")], "id BIGINT, extra BIGINT, more STRING"),  # no v: kept by the update, NULL on insert
+    ]
+    for rows, ddl in sources:
+        df = delta_spark.createDataFrame(rows, ddl)
+        merge_ours(df)
+        df.createOrReplaceTempView("merge_source")
+        with session_confs(delta_spark, {"spark.databricks.delta.schema.autoMerge.enabled": "true"}):
+            delta_spark.sql(f"MERGE INTO delta.`{theirs}` t USING merge_source s ON t.id = s.id "
+                            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+    assert Table(ours).snapshot().schema.names == Table(theirs).snapshot().schema.names == ["id", "v", "extra", "more"]
+    assert _spark_rows(delta_spark, ours) == _spark_rows(delta_spark, theirs)
+    assert [(r["id"], r["v"], r["extra"], r["more"]) for r in _spark_rows(delta_spark, ours)] == [
+        (1, "a", 10, "x"), (2, "B", 20, None), (3, "C", 30, None), (4, None, 40, "y")]

@@ -325,6 +325,13 @@ OPTIMIZE_MAX_DELETED_ROWS_RATIO = _p(
     "OPTIMIZE rewrites a file whose deletion vector deletes more than this fraction of its rows, "
     "whatever its size (delta-spark's spark.databricks.delta.optimize.maxDeletedRowsRatio).",
 )
+OPTIMIZE_CLUSTERING_MIN_CUBE_SIZE = _p(
+    "txnlog.optimize.clustering.minCubeSize",
+    _positive_int,
+    str(100 * 1024**3),
+    "OPTIMIZE on a clustered table leaves alone the files of a cube (the output of one earlier clustering OPTIMIZE) "
+    "at least this many bytes large (delta-spark's optimize.clustering.mergeStrategy.minCubeSize.threshold).",
+)
 ROW_LEVEL_CONCURRENCY = _p(
     "txnlog.rowLevelConcurrency.enabled",
     parse_bool,

@@ -28,7 +28,7 @@ from txnlog.dml import (
 )
 from txnlog.dml.merging import source_table
 from txnlog.dml.rows import open_snapshot as dml_snapshot
-from txnlog.dml.writes import ArrowRemoval, WriteOptions, WritePlan, open_write, plan_write, stage_write
+from txnlog.dml.writes import ArrowRemoval, WriteOptions, WritePlan, evolve_schema, open_write, plan_write, stage_write
 from txnlog.errors import InvalidArgumentError, InvalidArgumentTypeError, TableNotFoundError
 from txnlog.log import history as _history
 from txnlog.log.changes import VersionChanges, changes_in_range
@@ -361,6 +361,7 @@ class Table(Located):
         max_concurrent_tasks: int | None = None,
         min_files: int = 2,
         max_attempts: int = 5,
+        z_order_by: Sequence[str] = (),
     ) -> CommitResult | None:
         """``OPTIMIZE`` (compaction): rewrite the small files of each partition ``predicate``
         selects (SQL over partition columns only; every partition when None), and files whose
@@ -371,9 +372,16 @@ class Table(Located):
         Spark's OPTIMIZE; a conflicting commit makes it re-plan, up to ``max_attempts`` times.
         On a table with row tracking every row keeps its row id, so concurrent merge-on-read DML
         commits through it (see docs/concurrency.md). The committed version, or None when there
-        was nothing to compact."""
+        was nothing to compact.
+
+        ``z_order_by`` (an unclustered table; delta-spark's ``OPTIMIZE ... ZORDER BY``): every
+        file of each selected partition is rewritten in Z-order over these columns, so that a
+        filter on any of them skips most files. On a clustered table (``cluster_by``) OPTIMIZE
+        clusters instead: the files no earlier OPTIMIZE clustered are rewritten along a Hilbert
+        curve over the clustering columns (see docs/maintenance.md)."""
         parameters = OptimizeParameters(
-            predicate=predicate, target_size=target_size, max_concurrent_tasks=max_concurrent_tasks, min_files=min_files
+            predicate=predicate, target_size=target_size, max_concurrent_tasks=max_concurrent_tasks, min_files=min_files,
+            z_order_by=tuple(z_order_by),
         )
         result = run_optimize(lambda operation, params: self.transaction(operation, operation_parameters=params), parameters,
                               max_attempts=max_attempts)
@@ -392,6 +400,7 @@ class Table(Located):
         when_matched_delete: Literal[False] = False,
         when_not_matched_insert: None = None,
         isolation: IsolationLevel | str | None = None,
+        schema_mode: str | None = None,
     ) -> MergeBuilder[CommitResult | None]: ...
 
     @overload
@@ -407,6 +416,7 @@ class Table(Located):
         when_matched_delete: bool | str = False,
         when_not_matched_insert: Mapping[str, str] | str | None = None,
         isolation: IsolationLevel | str | None = None,
+        schema_mode: str | None = None,
     ) -> CommitResult | None: ...
 
     def merge(
@@ -421,6 +431,7 @@ class Table(Located):
         when_matched_delete: bool | str = False,
         when_not_matched_insert: Mapping[str, str] | str | None = None,
         isolation: IsolationLevel | str | None = None,
+        schema_mode: str | None = None,
     ) -> MergeBuilder[CommitResult | None] | CommitResult | None:
         """``MERGE INTO`` this table (alias ``target_alias``, default ``t``) ``USING source``
         (alias ``source_alias``, default ``s``; any Arrow-compatible data, held in memory).
@@ -437,16 +448,28 @@ class Table(Located):
         The keyword form runs at once: ``when_matched_update``: {column: expression} or ``"*"``;
         ``when_matched_delete``: True or a condition, checked before the update;
         ``when_not_matched_insert``: {column: expression over ``s``} or ``"*"``. A target row
-        that two source rows match raises DuplicateMatchError before anything is written."""
+        that two source rows match raises DuplicateMatchError before anything is written.
+
+        ``schema_mode="merge"`` (delta-spark's ``schema.autoMerge.enabled``): when a clause
+        takes ``"*"``, the source's columns the table lacks are added to it (and, on a table
+        with ``delta.enableTypeWidening``, its columns widened to the source's types) in the
+        MERGE's commit; ``UPDATE SET *`` then leaves target columns the source lacks as they
+        were, ``INSERT *`` leaves them NULL."""
         if (on is None) == (predicate is None):
             raise InvalidArgumentError("merge takes its condition as on= or predicate=, exactly one of them")
+        if schema_mode not in (None, "merge"):
+            raise InvalidArgumentError(f"merge: schema_mode must be None or 'merge', got {schema_mode!r}")
         aliases = MergeAliases(target_alias, source_alias)
         condition = aliases.on(on if on is not None else predicate)  # type: ignore[arg-type]
 
         def run(specs: list[ClauseSpec]) -> CommitResult | None:
             with self.transaction("MERGE", isolation) as txn:
                 rows = source_table(source)
-                plan = MergePlan.build(dml_snapshot(txn, "merge"), rows.column_names, condition, specs, config=txn.table_configuration)
+                snapshot = dml_snapshot(txn, "merge")
+                evolving = schema_mode == "merge"
+                if evolving and any(isinstance(spec.assignments, str) for spec in specs):  # only "*" takes new columns
+                    evolve_schema(txn, rows.schema)
+                plan = MergePlan.build(snapshot, rows.column_names, condition, specs, config=txn.table_configuration, schema_evolution=evolving)
                 return self._commit_if_changed(txn, plan.parameters, dml.run_merge(txn, plan, rows))
 
         builder: MergeBuilder[CommitResult | None] = MergeBuilder(run, aliases)

@@ -21,6 +21,7 @@ deltalake = pytest.importorskip("deltalake")
 from spark_jobs import ingest_stream  # noqa: E402
 from txnlog import Table  # noqa: E402
 from txnlog.errors import InvalidArgumentError  # noqa: E402
+from txnlog.schema import identity_column  # noqa: E402
 from txnlog.spark.sink import foreach_batch_sink  # noqa: E402
 
 pytestmark = pytest.mark.spark
@@ -108,3 +109,38 @@ def test_replayed_batch_in_merge_mode_is_skipped(spark, tmp_path):
     assert info["operationMetrics"]["numTargetRowsUpdated"] == "1" and info["operationMetrics"]["numTargetRowsInserted"] == "1"
     with pytest.raises(InvalidArgumentError, match="merge_on"):
         foreach_batch_sink(uri, "x", mode="merge")
+
+
+def test_foreach_batch_sink_numbers_identity_values_once_across_batches_and_replays(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    Table.create(uri, pa.schema([identity_column("key"), pa.field("id", pa.int64()), pa.field("amount", pa.float64())]))
+    sink = foreach_batch_sink(uri, "ids")
+    batch0 = spark.createDataFrame([(1, 1.0), (2, 2.0)], "id long, amount double")
+    batch1 = spark.createDataFrame([(3, 3.0), (4, 4.0)], "id long, amount double")
+    sink(batch0, 0)
+    sink(batch1, 1)
+    sink(batch1, 1)  # a replay after a crash
+    assert (sink.stats.committed, sink.stats.skipped) == (2, 1)
+    snapshot = Table(uri).snapshot()
+    rows = snapshot.to_arrow().to_pylist()
+    assert sorted(r["id"] for r in rows) == [1, 2, 3, 4]
+    keys = [r["key"] for r in rows]
+    assert None not in keys and len(set(keys)) == 4
+    assert snapshot.table_configuration.identity_columns["key"].high_water_mark == max(keys)
+
+
+def test_foreach_batch_sink_with_merge_schema_adds_a_batchs_new_columns(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    sink = foreach_batch_sink(uri, "evolving", merge_schema=True)
+    sink(spark.createDataFrame([(1, 1.0)], "id long, amount double"), 0)
+    sink(spark.createDataFrame([(2, 2.0, "new")], "id long, amount double, note string"), 1)
+    sink(spark.createDataFrame([(2, 2.0, "new")], "id long, amount double, note string"), 1)  # a replay
+    rows = sorted(tuple(r.values()) for r in Table(uri).snapshot().to_arrow().to_pylist())
+    assert rows == [(1, 1.0, None), (2, 2.0, "new")]
+    strict = foreach_batch_sink(uri, "strict")
+    with pytest.raises(Exception, match="(?i)column|schema"):
+        strict(spark.createDataFrame([(3, 3.0, "x", 1)], "id long, amount double, note string, more int"), 0)
+    upserts = foreach_batch_sink(uri, "upserts", mode="merge", merge_on="id", merge_schema=True)
+    upserts(spark.createDataFrame([(2, 20.0, "upd", 7), (5, 5.0, "ins", 8)], "id long, amount double, note string, more long"), 0)
+    rows = sorted(tuple(r.values()) for r in Table(uri).snapshot().to_arrow().to_pylist())
+    assert rows == [(1, 1.0, None, None), (2, 20.0, "upd", 7), (5, 5.0, "ins", 8)]

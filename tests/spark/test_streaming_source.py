@@ -5,6 +5,7 @@ caught up), so each test is a few small micro-batches."""
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import pytest
 
 import txnlog.spark as ts
 from txnlog import Table
+from txnlog.schema import identity_column
 
 pytestmark = pytest.mark.spark
 
@@ -382,3 +384,79 @@ def test_killed_stream_restarts_with_no_row_lost_or_repeated(spark_ds: Any, tmp_
     _append(source, 100, 5)
     _run_to_table(spark_ds, source, sink, checkpoint)
     assert _ids(sink) == [*range(30), *range(100, 105)]
+
+
+IDENTITY_SINK = pa.schema([identity_column("key"), pa.field("id", pa.int64()), pa.field("name", pa.string())])
+
+
+def _keys_and_mark(uri: str) -> tuple[list[int], int | None]:
+    snapshot = Table(uri).snapshot()
+    keys = snapshot.to_arrow(columns=["key"]).column("key").to_pylist()
+    return keys, snapshot.table_configuration.identity_columns["key"].high_water_mark
+
+
+def test_stream_to_an_identity_table_numbers_each_batch_past_the_last(spark_ds: Any, tmp_path: Path) -> None:
+    """The sink refused identity tables: its tasks numbered every batch from the marks of the
+    query's start. Now each batch's values follow the previous batch's, across a restart too."""
+    source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "sink"), str(tmp_path / "ckpt")
+    for k in range(3):
+        _append(source, 10 * k, 10)
+    Table.create(sink, IDENTITY_SINK)
+    _run_to_table(spark_ds, source, sink, checkpoint, maxFilesPerTrigger="1")
+    assert [h.commit_info.operation for h in Table(sink).history()].count("STREAMING UPDATE") == 3
+    _append(source, 30, 10)
+    _run_to_table(spark_ds, source, sink, checkpoint, maxFilesPerTrigger="1")  # a restart: a new plan
+    assert _ids(sink) == list(range(40))
+    keys, mark = _keys_and_mark(sink)
+    assert None not in keys and len(set(keys)) == 40
+    assert mark == max(keys)
+
+
+def test_an_identity_batch_replayed_commits_nothing_and_one_beaten_by_another_writer_conflicts(tmp_path: Path) -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from txnlog.errors import CommitConflictError
+    from txnlog.spark.datasource import TxnlogDataSource
+
+    sink = str(tmp_path / "sink")
+    Table.create(sink, IDENTITY_SINK)
+    struct = StructType([StructField("id", LongType()), StructField("name", StringType())])
+    writer = TxnlogDataSource({"path": sink, "txnAppId": "app"}).streamWriter(struct, False)
+
+    def batch(start: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"id": list(range(start, start + 5)), "name": [f"n{i}" for i in range(start, start + 5)]})
+
+    def task(rows: pa.RecordBatch) -> Any:
+        """What a Spark task runs: a copy of the writer as it was pickled at the query's start."""
+        return pickle.loads(pickle.dumps(writer)).write(iter([rows]))
+
+    writer.commit([task(batch(0))], 0)
+    writer.commit([task(batch(5))], 1)
+    version = Table(sink).latest_version()
+    writer.commit([task(batch(5))], 1)  # a replay after a crash: already committed
+    assert Table(sink).latest_version() == version
+    keys, mark = _keys_and_mark(sink)
+    assert len(set(keys)) == 10 and mark == max(keys)
+    assert sorted(_ids(sink)) == list(range(10))
+
+    written = task(batch(10))  # numbered past the marks of `version`...
+    Table(sink).append(pa.table({"id": [99], "name": ["other"]}))  # ...which another writer moves first
+    with pytest.raises(CommitConflictError):
+        writer.commit([written], 2)
+    keys, mark = _keys_and_mark(sink)
+    assert len(set(keys)) == len(keys) == 11 and mark == max(keys)
+
+
+def test_stream_with_merge_schema_adds_the_streams_new_columns_once(spark_ds: Any, tmp_path: Path) -> None:
+    source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "sink"), str(tmp_path / "ckpt")
+    _append(source, 0, 5)
+    _append(source, 5, 5)
+    Table.create(sink, pa.schema([("id", pa.int64())])).append(pa.table({"id": pa.array([-1], pa.int64())}))
+    with pytest.raises(StreamingQueryException, match="(?i)name"):  # without mergeSchema the new column is refused
+        _run_to_table(spark_ds, source, sink, str(tmp_path / "strict"), maxFilesPerTrigger="1")
+    query = (spark_ds.readStream.format("txnlog").option("maxFilesPerTrigger", "1").load(source).writeStream.format("txnlog")
+             .option("checkpointLocation", checkpoint).option("mergeSchema", "true").trigger(availableNow=True).start(sink))
+    query.awaitTermination(180)
+    rows = sorted((r["id"], r["name"]) for r in Table(sink).snapshot().to_arrow().to_pylist())
+    assert rows == [(-1, None)] + [(i, f"n{i}") for i in range(10)]
+    assert [h.commit_info.operation for h in Table(sink).history()].count("STREAMING UPDATE") == 2

@@ -135,10 +135,12 @@ def key_range_predicate(pairs: Sequence[tuple[str, str]], bounds: Mapping[str, t
 # -- assignments ----------------------------------------------------------------------------
 
 
-def assignments(what: str, value: Assignments, columns: Sequence[str], source_columns: Sequence[str]) -> dict[str, str] | None:
+def assignments(what: str, value: Assignments, columns: Sequence[str], source_columns: Sequence[str], *,
+                keep_missing: bool = False) -> dict[str, str] | None:
     """Normalise an update/insert clause to {target column: SQL expression}. ``"*"`` takes each
     target column from the source column of the same name (case-insensitively); an update with
-    ``"*"`` needs them all, an insert leaves the missing ones NULL."""
+    ``"*"`` needs them all (with ``keep_missing``, under schema evolution as delta-spark's
+    autoMerge, it leaves the others as they were), an insert leaves the missing ones NULL."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -146,7 +148,7 @@ def assignments(what: str, value: Assignments, columns: Sequence[str], source_co
             raise InvalidArgumentError(f"{what} must be a dict of column -> expression or '*', got {value!r}")
         lowered = {c.lower(): c for c in source_columns}
         missing = [c for c in columns if c.lower() not in lowered]
-        if missing and what == "when_matched_update":
+        if missing and what == "when_matched_update" and not keep_missing:
             raise InvalidArgumentError(f"{what}='*' needs every target column in the source; missing {missing}")
         return {c: f"s.{quote_name(lowered[c.lower()])}" for c in columns if c.lower() in lowered}
     if not isinstance(value, Mapping):

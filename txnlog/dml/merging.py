@@ -9,6 +9,7 @@ source rows no target row matched, the first insert clause whose condition holds
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -291,7 +292,8 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     start = time.monotonic()
     snapshot = open_snapshot(txn, "merge")
     src = source_table(source)
-    ctx = snapshot.read_context()
+    # Target files read in the transaction's schema: a column a schema-evolving MERGE adds reads NULL.
+    ctx = dataclasses.replace(snapshot.read_context(), table_configuration=txn.table_configuration)
     schema = plan.conform.schema
     columns = list(plan.target_columns)
     source_columns = list(plan.source_columns)

@@ -177,8 +177,9 @@ class ClauseSpec:
     condition: str | None = None
     assignments: Mapping[str, str] | str | None = None
 
-    def clause(self, columns: Sequence[str], source_columns: Sequence[str], *, strict: bool) -> MergeClause:
-        """The clause checked against the target's ``columns`` and the source's, its SQL parsed."""
+    def clause(self, columns: Sequence[str], source_columns: Sequence[str], *, strict: bool, schema_evolution: bool = False) -> MergeClause:
+        """The clause checked against the target's ``columns`` and the source's, its SQL parsed
+        (``schema_evolution``: see :func:`~txnlog.dml.clauses.assignments`'s ``keep_missing``)."""
         what = f"when_{self.when}_{self.action}"
         if self.action != "delete" and self.assignments is None:
             raise InvalidArgumentError(f"{what} needs the columns it sets: a dict of column -> SQL expression, or '*'")
@@ -187,7 +188,7 @@ class ClauseSpec:
         condition = None if self.condition is None else SqlExpression.parse(self.condition, f"{what} predicate", strict=strict)
         values = None
         if self.action != "delete":
-            chosen = assignments(what, self.assignments, columns, source_columns)
+            chosen = assignments(what, self.assignments, columns, source_columns, keep_missing=schema_evolution)
             assert chosen is not None
             values = {c: SqlExpression.parse(e, f"{what}[{c!r}]", strict=strict) for c, e in chosen.items()}
         if self.when == "not_matched_by_source":
@@ -224,19 +225,24 @@ class MergePlan:
         when_not_matched_insert: Mapping[str, str] | str | None = None,
         config: TableConfiguration | None = None,
         strict: bool = True,
+        schema_evolution: bool = False,
     ) -> MergePlan:
         """The keyword form: a delete clause (True or a condition) applied before an update
         clause, and an insert clause; ``"*"`` takes every column from the source by name."""
         return cls.build(snapshot, source_columns, on, keyword_clauses(when_matched_update, when_matched_delete, when_not_matched_insert),
-                         config=config, strict=strict)
+                         config=config, strict=strict, schema_evolution=schema_evolution)
 
     @classmethod
     def build(cls, snapshot: Snapshot, source_columns: Sequence[str], on: str | Sequence[str], specs: Sequence[ClauseSpec], *,
-              config: TableConfiguration | None = None, strict: bool = True) -> MergePlan:
-        """The plan of clauses given as :class:`ClauseSpec` (a MERGE builder's, in its order)."""
-        columns = [f.name for f in snapshot.schema]
+              config: TableConfiguration | None = None, strict: bool = True, schema_evolution: bool = False) -> MergePlan:
+        """The plan of clauses given as :class:`ClauseSpec` (a MERGE builder's, in its order),
+        over the columns of ``config`` (the transaction's: a schema it evolved), else the
+        snapshot's. ``schema_evolution``: the MERGE evolves the schema (``UPDATE SET *`` then
+        leaves target columns the source lacks as they were)."""
+        columns = [f.name for f in _snapshot_config(snapshot, config).schema]
         source = list(source_columns)
-        return cls.from_clauses(snapshot, source, on, [spec.clause(columns, source, strict=strict) for spec in specs], config=config)
+        return cls.from_clauses(snapshot, source, on, [spec.clause(columns, source, strict=strict, schema_evolution=schema_evolution)
+                                                       for spec in specs], config=config)
 
     @classmethod
     def from_clauses(cls, snapshot: Snapshot, source_columns: Sequence[str], on: str | Sequence[str], clauses: Sequence[MergeClause], *,
@@ -256,7 +262,7 @@ class MergePlan:
                 raise InvalidArgumentError(f"of a merge's when_{when} clauses only the last may omit its predicate: "
                                            "a clause after one without a predicate would never apply")
         condition = MergeCondition.parse(on)
-        columns = [f.name for f in snapshot.schema]
+        columns = [f.name for f in _snapshot_config(snapshot, config).schema]
         source = list(source_columns)
         target_lower = {c.lower(): c for c in columns}
         source_lower = {c.lower(): c for c in source}

@@ -193,6 +193,18 @@ def evolved_schema(table: pa.Schema, data: pa.Schema, *, widen: bool = False) ->
     return None if merged.equals(table, check_metadata=True) else merged
 
 
+def evolve_schema(txn: OptimisticTransaction, data_schema: pa.Schema) -> bool:
+    """Stage in ``txn`` the schema a ``schema_mode="merge"`` write of ``data_schema`` leaves
+    (:func:`evolved_schema`), through ``update_metadata``, which refuses what the table cannot
+    take; whether the schema changed. Every write path that evolves a schema (writes, MERGE,
+    the Spark writers and sinks) goes through here."""
+    wider = evolved_schema(txn.metadata.schema, data_schema, widen=txn.table_configuration.table_property(props.ENABLE_TYPE_WIDENING))
+    if wider is None:
+        return False
+    txn.update_metadata(schema=arrow_to_delta_schema(wider), automatic_widening_only=True)
+    return True
+
+
 def _merged_fields(table: list[pa.Field], data: list[pa.Field], widen: bool) -> list[pa.Field]:
     by_name = {f.name.lower(): f for f in data}
     out = []
@@ -245,9 +257,7 @@ def plan_write(location: TableLocation, snapshot: Snapshot | None, data_schema: 
             raise InvalidArgumentError(f"partition_by={list(options.partition_by)} differs from the partitioning {partitioning} of table {uri}"
                                        " (schema_mode='overwrite' with mode='overwrite' repartitions it)")
         elif options.schema_mode == "merge":
-            wider = evolved_schema(txn.metadata.schema, data_schema, widen=txn.table_configuration.table_property(props.ENABLE_TYPE_WIDENING))
-            if wider is not None:
-                txn.update_metadata(schema=arrow_to_delta_schema(wider), automatic_widening_only=True)
+            evolve_schema(txn, data_schema)
         if options.app_id is not None and (done := snapshot.app_transaction_version(options.app_id)) is not None:
             assert options.app_version is not None
             if done >= options.app_version:
@@ -424,6 +434,7 @@ __all__ = [
     "WriteOptions",
     "WritePlan",
     "WriteResult",
+    "evolve_schema",
     "evolved_schema",
     "open_write",
     "plan_write",

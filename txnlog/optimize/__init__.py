@@ -9,15 +9,27 @@ rule, each attempt staged by :func:`stage_optimize` (what it read, removed and a
 executed by :func:`rewrite_in_python` (``Table.optimize``) or Spark's executor
 (``txnlog.spark.optimize``).
 :func:`bin_batches` is the bin plan as a ``mapInArrow`` function.
+
+Z-order (``z_order_by``) and liquid clustering (a clustered table) rewrite each bin in the order
+of a space-filling curve over their columns (:mod:`txnlog.optimize.curve`); a clustered table's
+OPTIMIZE is incremental (:mod:`txnlog.optimize.clustering`).
 """
 
 from txnlog.optimize.bins import BIN_COLUMN, bin_batches, plan_bins
+from txnlog.optimize.clustering import CLUSTERING_PROVIDER, ZCUBE_ID, ZCUBE_ZORDER_BY
+from txnlog.optimize.curve import curve_key, curve_sorted, curve_sorted_batches
 from txnlog.optimize.parameters import OPTIMIZE, REORG, OptimizeParameters
 from txnlog.optimize.plan import OptimizePlan, check_predicate, plan_optimize
 from txnlog.optimize.run import Begin, Executor, OptimizeResult, StagedOptimize, optimize, rewrite_in_python, stage_optimize
 
 __all__ = [
     "BIN_COLUMN",
+    "CLUSTERING_PROVIDER",
+    "ZCUBE_ID",
+    "ZCUBE_ZORDER_BY",
+    "curve_key",
+    "curve_sorted",
+    "curve_sorted_batches",
     "OPTIMIZE",
     "REORG",
     "Begin",

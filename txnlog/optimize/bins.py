@@ -72,6 +72,16 @@ def plan_bins(
     return [candidates.take(pa.array(b, pa.int64())) for b in kept]
 
 
+def partition_bins(files: pa.Table) -> list[pa.Table]:
+    """Every file of each partition in one bin (a Z-order rewrites whole partitions, as
+    delta-spark's ``OPTIMIZE ... ZORDER BY`` does), partitions in order."""
+    by_partition: dict[tuple[tuple[str, Any], ...], list[int]] = {}
+    for i, key in enumerate(_partition_keys(files)):
+        by_partition.setdefault(key, []).append(i)
+    ordered = sorted(by_partition, key=lambda k: [(n, "" if v is None else str(v)) for n, v in k])
+    return [files.take(pa.array(by_partition[k], pa.int64())) for k in ordered]
+
+
 def _has_vector(files: pa.Table) -> pa.Array:
     if "deletion_vector" not in files.column_names:
         return pa.array([False] * files.num_rows, pa.bool_())
@@ -123,4 +133,4 @@ def bin_batches(
         yield from group.append_column(BIN_COLUMN, label).to_batches()
 
 
-__all__ = ["BIN_COLUMN", "bin_batches", "plan_bins"]
+__all__ = ["BIN_COLUMN", "bin_batches", "partition_bins", "plan_bins"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,8 +20,10 @@ class OptimizeParameters:
 
     - ``predicate``: SQL over partition columns only (delta-spark's ``OPTIMIZE ... WHERE``):
       the partitions to compact. None: every partition.
-    - ``z_order_by``, ``cluster_by``: reserved for Z-order and liquid clustering, recorded as
-      delta-spark records them; a value is refused until they are implemented.
+    - ``z_order_by``: columns (dotted paths) of an unclustered table to Z-order by
+      (delta-spark's ``OPTIMIZE ... ZORDER BY``): every file of each selected partition is
+      rewritten in Z-order. A clustered table is always clustered by its own columns, and
+      refuses ``z_order_by`` as delta-spark does.
     - ``auto``: an auto compaction (recorded only).
     - ``target_size``: bytes per output file; None: the table's ``delta.targetFileSize``.
     - ``min_files``: a bin of small files is rewritten only with at least this many.
@@ -34,7 +37,6 @@ class OptimizeParameters:
 
     predicate: str | None = None
     z_order_by: tuple[str, ...] = ()
-    cluster_by: tuple[str, ...] | None = None
     auto: bool = False
     target_size: int | None = None
     min_files: int = 2
@@ -43,8 +45,13 @@ class OptimizeParameters:
     max_concurrent_tasks: int | None = None
 
     def __post_init__(self) -> None:
-        if self.z_order_by or self.cluster_by:
-            raise InvalidArgumentError("optimize: Z-order and clustering are not supported yet (z_order_by, cluster_by)")
+        if isinstance(self.z_order_by, str) or not all(isinstance(c, str) and c for c in self.z_order_by):
+            raise InvalidArgumentError(f"optimize: z_order_by is a list of column names, got {self.z_order_by!r}")
+        object.__setattr__(self, "z_order_by", tuple(self.z_order_by))
+        if len({c.lower() for c in self.z_order_by}) != len(self.z_order_by):
+            raise InvalidArgumentError(f"optimize: z_order_by names a column twice: {list(self.z_order_by)}")
+        if self.z_order_by and self.purge_deletion_vectors:
+            raise InvalidArgumentError("optimize: z_order_by does not go with purge_deletion_vectors (a REORG rewrites in place)")
         if self.target_size is not None and (isinstance(self.target_size, bool) or not isinstance(self.target_size, int) or self.target_size <= 0):
             raise InvalidArgumentError(f"optimize: target_size must be a positive number of bytes, got {self.target_size!r}")
         if isinstance(self.min_files, bool) or not isinstance(self.min_files, int) or self.min_files < 1:
@@ -61,12 +68,15 @@ class OptimizeParameters:
         """The commit's operation: ``REORG`` for a purge, else ``OPTIMIZE``."""
         return REORG if self.purge_deletion_vectors else OPTIMIZE
 
-    def commit_parameters(self) -> dict[str, Any]:
-        """``commitInfo.operationParameters``, as delta-spark records them."""
+    def commit_parameters(self, clustering_columns: Sequence[str] = ()) -> dict[str, Any]:
+        """``commitInfo.operationParameters``, as delta-spark records them; ``clustering_columns``:
+        those of a clustered table, which its OPTIMIZE records instead of a Z-order."""
         predicate = [self.predicate] if self.predicate else []
         if self.purge_deletion_vectors:
             return {"predicate": predicate, "applyPurge": True}
-        return {"predicate": predicate, "zOrderBy": list(self.z_order_by), "clusterBy": list(self.cluster_by or ()), "auto": self.auto}
+        if clustering_columns:
+            return {"predicate": predicate, "zOrderBy": [], "clusterBy": list(clustering_columns), "auto": self.auto, "isFull": False}
+        return {"predicate": predicate, "zOrderBy": list(self.z_order_by), "clusterBy": [], "auto": self.auto}
 
 
 __all__ = ["OPTIMIZE", "REORG", "OptimizeParameters"]

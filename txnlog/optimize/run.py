@@ -26,6 +26,7 @@ import pyarrow as pa
 from txnlog.errors import CommitConflictError, CommitFailedError, InvalidArgumentError
 from txnlog.log.actions import AddFile
 from txnlog.log.file_actions import FILES_SCHEMA, concat
+from txnlog.optimize.curve import curve_sorted_batches
 from txnlog.optimize.parameters import OptimizeParameters
 from txnlog.optimize.plan import OptimizePlan, plan_optimize
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
@@ -91,7 +92,9 @@ def stage_optimize(
     plan = plan_optimize(snapshot, parameters, files=files)
     if plan.is_empty:
         return StagedOptimize(plan, FILES_SCHEMA.empty_table(), {})
-    added = (execute or rewrite_in_python)(plan, txn)
+    if plan.clustering_columns:
+        txn.operation_parameters.update(plan.commit_parameters())
+    added = plan.mark((execute or rewrite_in_python)(plan, txn))
     inputs = plan.files
     txn.track_files_read(inputs)
     txn.remove_files(inputs, data_change=False)
@@ -104,7 +107,8 @@ def stage_optimize(
 
 def rewrite_in_python(plan: OptimizePlan, txn: OptimisticTransaction) -> pa.Table:
     """The Python executor: each bin read through the snapshot's reader (row ids with it when the
-    plan keeps them) and written as files of the plan's target size, up to
+    plan keeps them), sorted along the plan's curve when it has one, and written as files of the
+    plan's target size, up to
     ``max_concurrent_tasks`` bins at once (Arrow's reader and writer release the GIL)."""
     snapshot = txn.snapshot
     if snapshot is None:
@@ -121,6 +125,8 @@ def rewrite_in_python(plan: OptimizePlan, txn: OptimisticTransaction) -> pa.Tabl
 
     def rewrite(group: pa.Table) -> pa.Table:
         rows = ctx.batches(group, store=store, row_id=ROW_ID if tracking else None, row_commit_version=ROW_COMMIT_VERSION if tracking else None)
+        if plan.curve is not None:  # the whole bin in memory, in curve order, so that each file covers a small box
+            rows = curve_sorted_batches(rows, plan.curve_columns, plan.curve)
         written = writer.write(pa.RecordBatchReader.from_batches(schema, rows), data_change=False, store=store, preserve_row_ids=tracking)
         return written.files
 

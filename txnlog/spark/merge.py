@@ -66,6 +66,7 @@ from txnlog.dml import (
     MergeMetrics,
     MergePlan,
     Timing,
+    evolve_schema,
     files_table,
     live_rows,
     merge_candidates,
@@ -74,7 +75,7 @@ from txnlog.dml import run_merge as run_on_driver
 from txnlog.errors import InvalidArgumentError, UnsupportedFeatureError
 from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.change_data import ChangeRows
-from txnlog.spark.common import SPARK_FAILURES, SparkJobError, job_error, quote_column
+from txnlog.spark.common import SPARK_FAILURES, SparkJobError, arrow_schema_of_struct, job_error, quote_column
 from txnlog.spark.conform import conformed, conformed_columns, either, spark_types
 from txnlog.spark.driver import MAX_SOURCE_KEYS, collect_keys, driver_scan_cells, fits_driver, matching_target_rows
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
@@ -105,14 +106,30 @@ def plan_merge(
     when_matched_update: Mapping[str, str] | str | None = None,
     when_matched_delete: bool | str = False,
     when_not_matched_insert: Mapping[str, str] | str | None = None,
+    schema_mode: str | None = None,
 ) -> MergePlan:
     """The plan of a MERGE of ``source_df`` into ``txn``'s table (its clauses are Spark SQL:
-    txnlog's parser need not read them)."""
+    txnlog's parser need not read them). ``schema_mode="merge"``: a ``"*"`` clause adds the
+    source's new columns to the table in ``txn`` (see :func:`merge`)."""
     snapshot = txn.snapshot
     if snapshot is None:
         raise InvalidArgumentError(f"merge into {txn.uri}: the table does not exist yet")
+    evolving = _evolves(txn, source_df, schema_mode, [when_matched_update, when_not_matched_insert])
     return MergePlan.of(snapshot, list(source_df.columns), on, when_matched_update=when_matched_update, when_matched_delete=when_matched_delete,
-                        when_not_matched_insert=when_not_matched_insert, config=txn.table_configuration, strict=False)
+                        when_not_matched_insert=when_not_matched_insert, config=txn.table_configuration, strict=False,
+                        schema_evolution=evolving)
+
+
+def _evolves(txn: OptimisticTransaction, source_df: Any, schema_mode: str | None, assignments: Sequence[object]) -> bool:
+    """Whether the MERGE evolves the schema; if so, with a ``"*"`` clause among
+    ``assignments``, the source's new columns are staged in ``txn`` (``txnlog.dml.evolve_schema``)."""
+    if schema_mode not in (None, "merge"):
+        raise InvalidArgumentError(f"merge: schema_mode must be None or 'merge', got {schema_mode!r}")
+    if schema_mode is None:
+        return False
+    if any(isinstance(a, str) for a in assignments):
+        evolve_schema(txn, arrow_schema_of_struct(source_df.schema))
+    return True
 
 
 def merge_into(txn: OptimisticTransaction, spark: Any, source_df: Any, on: str | Sequence[str], **clauses: Any) -> MergeMetrics:
@@ -155,6 +172,9 @@ def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: Merg
     types = spark_types(spec)
     row_ids = spec.row_ids is not None
     changes = ChangeRows(spark, txn)
+    # Columns this MERGE adds to the table (schema evolution): the snapshot's files lack them.
+    existing = {f.name.lower() for f in snapshot.schema}
+    added = {c: types[c] for c in columns if c.lower() not in existing}
 
     started = time.monotonic()
     whole = _merge_on_driver(txn, spark, source_df, plan)
@@ -202,7 +222,7 @@ def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: Merg
         positions: list[pa.Array] = []
         updated_rows = deleted_rows = 0
         if candidates.num_rows:
-            needed = plan.columns_changed()
+            needed = [c for c in plan.columns_changed() if c not in added]
             on_driver = (
                 matcher is not None
                 and not any(pa.types.is_nested(f.type) for f in snapshot.schema if f.name in needed)
@@ -222,11 +242,11 @@ def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: Merg
                 )
                 if exact:
                     driver_pairs = target_rows
-                target = _frame(spark, target_rows, types).alias("t")
+                target = _with_added(_frame(spark, target_rows, types), added).alias("t")
             else:
                 # Not cached: each pass reads only the columns it needs, and the matched pairs
                 # (few, and all that both passes need of the join) are cached instead.
-                target = _read_tagged(spark, snapshot, candidates, with_row_ids=row_ids).alias("t")
+                target = _read_tagged(spark, snapshot, candidates, with_row_ids=row_ids, added=added).alias("t")
             if delete_clause is not None and delete_condition is None:
                 deleted = F.lit(True)
             elif delete_condition is not None:
@@ -300,7 +320,7 @@ def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: Merg
                     changed = F.broadcast(target.select(FILE_COLUMN, ROW_INDEX_COLUMN))
                 else:
                     changed = matched.where(F.col(_TOUCHED)).select(FILE_COLUMN, ROW_INDEX_COLUMN)
-                kept = _read_tagged(spark, snapshot, hit, with_row_ids=row_ids).join(changed, on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti")
+                kept = _read_tagged(spark, snapshot, hit, with_row_ids=row_ids, added=added).join(changed, on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti")
                 previous = (F.col(ROW_ID), F.col(ROW_COMMIT_VERSION)) if row_ids else None
                 values = {c: F.col(quote_column(c)) for c in columns}
                 outputs.append(kept.select(*conformed_columns(spec, RowKind.COPY, values, previous=previous, types=types)))
@@ -543,12 +563,20 @@ def _touched_rows(plan: MergePlan, matched: Any, *, check_duplicates: bool) -> t
     )
 
 
-def _read_tagged(spark: Any, snapshot: Snapshot, files: pa.Table, *, with_row_ids: bool = False) -> Any:
+def _read_tagged(spark: Any, snapshot: Snapshot, files: pa.Table, *, with_row_ids: bool = False, added: Mapping[str, Any] | None = None) -> Any:
     """The rows of ``files`` (deletion vectors applied) with the file's log path in FILE_COLUMN
     and each row's physical position in ROW_INDEX_COLUMN (and, ``with_row_ids``, its stable id
-    and commit version)."""
+    and commit version); ``added``: columns the MERGE adds to the table (name -> Spark type),
+    NULL in every existing row."""
     rows = read_files(spark, snapshot, files, with_file_column=True, with_row_index=True, with_row_ids=with_row_ids)
-    return rows.withColumnRenamed(READER_FILE_COLUMN, FILE_COLUMN)
+    return _with_added(rows.withColumnRenamed(READER_FILE_COLUMN, FILE_COLUMN), added or {})
+
+
+def _with_added(rows: Any, added: Mapping[str, Any]) -> Any:
+    """``rows`` of the target with each column a schema-evolving MERGE adds, as NULL."""
+    for name, kind in added.items():
+        rows = rows.withColumn(name, F.lit(None).cast(kind))
+    return rows
 
 
 def merge(
@@ -564,6 +592,7 @@ def merge(
     source_alias: str = "s",
     target_alias: str = "t",
     isolation: str | None = None,
+    schema_mode: str | None = None,
 ) -> Any:
     """MERGE ``source_df`` into the table at ``uri`` (a URI or an open :class:`txnlog.Table`).
 
@@ -580,6 +609,8 @@ def merge(
     ``when_matched_delete``: True, or a condition that picks the matched rows to delete;
     ``when_not_matched_insert``: a dict or ``"*"``. Conflicts raise ``txnlog.errors``
     ``CommitConflictError`` subclasses, ambiguous matches ``DuplicateMatchError``.
+    ``schema_mode="merge"`` evolves the schema as ``Table.merge`` does (delta-spark's
+    ``schema.autoMerge.enabled``): a ``"*"`` clause adds the source's new columns.
     """
     table = _open(uri, storage_options)
     aliases = MergeAliases(target_alias, source_alias)
@@ -590,7 +621,9 @@ def merge(
             snapshot = txn.snapshot
             if snapshot is None:
                 raise InvalidArgumentError(f"merge into {txn.uri}: the table does not exist yet")
-            plan = MergePlan.build(snapshot, list(source_df.columns), condition, specs, config=txn.table_configuration, strict=False)
+            evolving = _evolves(txn, source_df, schema_mode, [spec.assignments for spec in specs])
+            plan = MergePlan.build(snapshot, list(source_df.columns), condition, specs, config=txn.table_configuration, strict=False,
+                                   schema_evolution=evolving)
             metrics = run_merge(txn, spark, source_df, plan)
             if not metrics.changed:
                 txn.abort()

@@ -23,11 +23,12 @@ table's materialized columns, so that ids survive the new files' new ``baseRowId
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from txnlog import AddFile, OptimisticTransaction, Table
-from txnlog.optimize import OptimizeParameters, OptimizePlan, OptimizeResult
+from txnlog.optimize import OptimizeParameters, OptimizePlan, OptimizeResult, curve_sorted_batches
 from txnlog.optimize import optimize as run_optimize
 from txnlog.spark.common import column
 from txnlog.spark.reader import read_files
@@ -53,6 +54,9 @@ def spark_executor(spark: Any) -> Any:
         partition_columns = list(snapshot.partition_columns)
         bins = len(plan.bins)
         df = df.repartition(bins, *[column(c) for c in partition_columns]) if partition_columns else df.coalesce(bins)
+        if plan.curve is not None:
+            # Each task sorts its rows (its bin: a whole partition) along the plan's curve, in memory.
+            df = df.mapInArrow(functools.partial(curve_sorted_batches, columns=plan.curve_columns, curve=plan.curve), df.schema)
         return write_files(df, ctx, target_file_size=plan.target_size, data_change=False, preserve_row_ids=plan.preserve_row_ids)
 
     return execute
@@ -69,6 +73,7 @@ def optimize(
     max_attempts: int = 5,
     max_deleted_rows_ratio: float | None = None,
     purge_deletion_vectors: bool = False,
+    z_order_by: Sequence[str] = (),
 ) -> OptimizeResult:
     """Compact the small files of the partitions ``predicate`` selects (all when None), and
     rewrite the files whose deletion vector deletes more than ``max_deleted_rows_ratio`` of their
@@ -76,7 +81,10 @@ def optimize(
 
     ``purge_deletion_vectors=True`` rewrites every file with a deletion vector (and only those)
     so that none is left, as delta-spark's ``REORG TABLE ... APPLY (PURGE)``; the commit's
-    operation is ``REORG``. ``uri`` is a table URI or an open :class:`txnlog.Table`.
+    operation is ``REORG``. ``z_order_by`` (an unclustered table): every file of each selected
+    partition is rewritten in Z-order over these columns (delta-spark's ``OPTIMIZE ... ZORDER
+    BY``). On a clustered table OPTIMIZE clusters incrementally along a Hilbert curve over its
+    clustering columns (docs/maintenance.md). ``uri`` is a table URI or an open :class:`txnlog.Table`.
     ``target_file_size`` defaults to the table's ``delta.targetFileSize``. Returns an
     :class:`~txnlog.optimize.OptimizeResult`; raises the last ``CommitConflictError`` if every
     one of ``max_attempts`` plans lost to a conflicting commit.
@@ -88,6 +96,7 @@ def optimize(
         min_files=min_files,
         max_deleted_rows_ratio=max_deleted_rows_ratio,
         purge_deletion_vectors=purge_deletion_vectors,
+        z_order_by=tuple(z_order_by),
     )
 
     def begin(operation: str, params: Mapping[str, Any]) -> OptimisticTransaction:

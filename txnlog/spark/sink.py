@@ -91,6 +91,7 @@ class ForeachBatchSink:
         when_not_matched_insert: Mapping[str, str] | str | None = "*",
         compaction_retries: int = 5,
         properties: Mapping[str, str] | None = None,
+        merge_schema: bool = False,
     ) -> None:
         if mode not in ("append", "merge"):
             raise InvalidArgumentError(f"foreach_batch_sink mode must be 'append' or 'merge', got {mode!r}")
@@ -109,6 +110,7 @@ class ForeachBatchSink:
         self.when_not_matched_insert = when_not_matched_insert
         self.compaction_retries = compaction_retries
         self.properties = dict(properties) if properties else None
+        self.merge_schema = merge_schema
         self.stats = SinkStats()
         #: The error that failed the last failed batch (the query itself only reports its text).
         self.last_error: BaseException | None = None
@@ -172,6 +174,7 @@ class ForeachBatchSink:
                 storage_options=self.storage_options,
                 app_id=self.app_id,
                 app_version=batch_id,
+                merge_schema=self.merge_schema,
             )
             if result is None:
                 self._skip(batch_id)
@@ -194,6 +197,7 @@ class ForeachBatchSink:
                 when_matched_update=self.when_matched_update,
                 when_matched_delete=self.when_matched_delete,
                 when_not_matched_insert=self.when_not_matched_insert,
+                schema_mode="merge" if self.merge_schema else None,
             )
             txn.set_operation_metrics(**metrics.operation_metrics())
             txn.set_app_transaction(self.app_id, batch_id)
@@ -217,6 +221,8 @@ def foreach_batch_sink(
     from the first batch if needed); ``mode="merge"`` upserts it on ``merge_on`` (see
     :func:`txnlog.spark.merge.merge`; ``when_matched_update``, ``when_matched_delete`` and
     ``when_not_matched_insert`` pass through, by default ``"*"`` updates and inserts).
+    ``merge_schema=True`` (delta-spark's ``mergeSchema``, and in merge mode its
+    ``schema.autoMerge.enabled``): a batch's new columns are added to the table in its commit.
     The returned object counts what it did in ``.stats``.
     """
     return ForeachBatchSink(uri, app_id, mode, merge_on, partition_by, storage_options, **options)

@@ -12,6 +12,13 @@ comes from the session setting rather than the option).
 Spark creates the writer once for the tasks and again, from the data source as it was before
 any batch, in each commit's process: the tasks' plan (the metadata a new table gets, with its
 column mapping's physical names) travels to the commit inside the tasks' messages.
+
+Identity columns: the plan made when the query starts knows the high-water marks of that
+moment, and each batch's commit moves them. So on a table with identity columns every task
+numbers its values past the marks of the table as it is when the task runs (the previous
+batch has committed by then), and the batch commits reading that very version: a commit by
+another writer in between conflicts (both move the marks) instead of two writers handing out
+the same values. Tasks that read different versions fail the batch, and a restart replays it.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from pyspark.sql.types import StructType
 
 from txnlog import CommitResult, Table
 from txnlog.dml import ArrowRemoval, stage_write
-from txnlog.errors import InvalidArgumentError, TxnLogError, UnsupportedFeatureError
+from txnlog.errors import InvalidArgumentError, MetadataChangedError, SchemaError, TxnLogError, UnsupportedFeatureError
+from txnlog.schema import with_high_water_marks
 from txnlog.spark.datasource.batch_write import SourceWrite, WrittenFiles, delete_written, plan_write, task_files, write_task
 from txnlog.spark.datasource.options import SourceOptions
 from txnlog.storage import open_store
@@ -71,13 +79,22 @@ def commit_batch(write: SourceWrite, messages: list[WriterCommitMessage | None],
     be the one the files were written for); None when the batch was already committed (a
     replay: its new files are deleted) or changes nothing."""
     adds = task_files(messages)
+    plans = [m.plan for m in messages if isinstance(m, StreamedFiles) and m.plan is not None]
     # The tasks' plan: a new table's metadata as the files were written for it.
-    write = next((m.plan for m in messages if isinstance(m, StreamedFiles) and m.plan is not None), write)
+    write = next(iter(plans), write)
     if write.plan.context is None:  # planned as nothing to write: no table was checked, plan again
         return None
+    # Identity values numbered from one version's marks commit reading that version (see above).
+    numbered_at = {p.plan.read_version for p in plans if numbers_identity(p)}
+    if len(numbered_at) > 1:
+        delete_written(write, messages)
+        raise MetadataChangedError(
+            f"the tasks of batch {batch_id} numbered identity values of table {write.options.uri} from versions "
+            f"{sorted(numbered_at)}: another writer committed meanwhile; nothing committed, a restart replays the batch",
+            winning_version=max(numbered_at))
     plan = write.plan.for_batch(mode, app_id, batch_id)
     table = Table(write.options.uri, write.options.storage_options)
-    txn = table.open_write(plan, latest=True)
+    txn = table.open_write(plan, latest=not numbered_at)
     if txn is None:
         delete_written(write, messages)
         return None
@@ -89,6 +106,31 @@ def commit_batch(write: SourceWrite, messages: list[WriterCommitMessage | None],
     return txn.result
 
 
+def numbers_identity(write: SourceWrite) -> bool:
+    """Does the write generate identity values (a table with identity columns)?"""
+    context = write.plan.context
+    return context is not None and write.plan.read_version >= 0 and any(c.identity is not None for c in context.conform_spec.columns)
+
+
+def numbered_from_latest(write: SourceWrite) -> SourceWrite:
+    """The stream's plan for one task of a batch on a table with identity columns: the table's
+    configuration as it is now (its identity high-water marks), and that version as the one the
+    batch's commit reads. The schema must still be the one the stream was planned for."""
+    plan = write.plan
+    assert plan.context is not None
+    snapshot = Table(write.options.uri, write.options.storage_options).snapshot()
+    planned, current = plan.context.table_configuration, snapshot.table_configuration
+    marks = {name: i.high_water_mark for name, i in current.identity_columns.items() if i.high_water_mark is not None}
+    same = (with_high_water_marks(planned.metadata.schema_string, marks) == with_high_water_marks(current.metadata.schema_string, marks)
+            and planned.partition_columns == current.partition_columns and planned.protocol == current.protocol
+            and dict(planned.properties) == dict(current.properties))
+    if not same:
+        raise SchemaError(f"table {write.options.uri} changed its schema, partitioning or properties since the stream started (version "
+                          f"{plan.read_version}, now {snapshot.version}); restart the query to plan it again")
+    context = dataclasses.replace(plan.context, table_configuration=current)
+    return dataclasses.replace(write, plan=dataclasses.replace(plan, read_version=snapshot.version, context=context))
+
+
 class TableStreamWriter(DataSourceStreamArrowWriter):
     """The streaming sink: tasks write Parquet; each batch commits once, keyed by its batch id."""
 
@@ -98,17 +140,24 @@ class TableStreamWriter(DataSourceStreamArrowWriter):
         # Planned as an append (a new table's metadata, the checks of txnlog.spark.write);
         # complete mode's overwrite happens in each batch's commit.
         self.plan = plan_write(dataclasses.replace(options, app_id=None, app_version=None), schema, False)
-        context = self.plan.plan.context
-        if context is not None and any(c.identity is not None for c in context.conform_spec.columns):
-            # Each batch's commit moves the high-water mark the plan's tasks number from.
+        if numbers_identity(self.plan) and self.plan.plan.metadata is not None:
+            # The schema this stream evolves to would have to be planned again for every batch.
             raise UnsupportedFeatureError(
-                f"the streaming sink cannot write to table {options.uri}, which has identity columns: each batch would need "
-                "a plan of its own; write each batch with txnlog.spark.write in foreachBatch"
+                f"the streaming sink cannot evolve the schema (mergeSchema) of table {options.uri}, which has identity "
+                "columns; write each batch with txnlog.spark.write in foreachBatch"
             )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamedFiles:
-        written = write_task(self.plan, iterator)
-        return StreamedFiles(written.adds, written.error, self.plan)
+        plan = self.plan
+        if numbers_identity(plan):
+            try:
+                plan = numbered_from_latest(plan)
+            except TxnLogError as e:
+                for _ in iterator:
+                    pass
+                return StreamedFiles([], e, None)
+        written = write_task(plan, iterator)
+        return StreamedFiles(written.adds, written.error, plan)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name
         commit_batch(self.plan, messages, batchId, self.app_id, self.mode)
@@ -117,4 +166,4 @@ class TableStreamWriter(DataSourceStreamArrowWriter):
         delete_written(self.plan, messages)
 
 
-__all__ = ["CHECKPOINT_METADATA", "StreamedFiles", "TableStreamWriter", "commit_batch", "query_id"]
+__all__ = ["CHECKPOINT_METADATA", "StreamedFiles", "TableStreamWriter", "commit_batch", "numbered_from_latest", "numbers_identity", "query_id"]
