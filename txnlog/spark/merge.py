@@ -92,8 +92,8 @@ log = logging.getLogger(__name__)
 
 FILE_COLUMN = "__txnlog_file"
 SOURCE_ROW_COLUMN = SOURCE_ROW  # the key matcher's name for a source row's number
-_TOUCHED = "__txnlog_touched"
-_CHOSEN = "__txnlog_clause"  # the clause a row takes (-1: none)  # a matched target row this MERGE updates or deletes
+_TOUCHED = "__txnlog_touched"  # a matched target row this MERGE updates or deletes
+_CHOSEN = "__txnlog_clause"  # the index of the clause a row takes among those of its kind (-1: none)
 _DELETED = "__txnlog_deleted"
 _TARGET_ROW_ID = "__txnlog_row_id"
 _POSITION = "__txnlog_position"
