@@ -236,9 +236,9 @@ def test_merge_clause_columns_are_found_by_the_parser_or_all_are_read(tmp_path) 
     # SQL txnlog's parser refuses (a lambda) is Spark's to evaluate: every column may be read.
     assert read("exists(t.tags, x -> x = s.id)") == ["id", "amount", "name", "tags"]
 
-def test_the_merge_builder_runs_any_clause_list_on_the_driver_and_refuses_it_in_spark_by_name(spark, tmp_path, dml_regime):
-    from txnlog.errors import UnsupportedFeatureError
 
+
+def test_the_merge_builder_runs_any_clause_list_on_the_driver_and_in_spark(spark, tmp_path):
     uri = str(tmp_path / "t")
     make_table(uri, [(0, 10)])
     expected = str(tmp_path / "python")
@@ -257,11 +257,6 @@ def test_the_merge_builder_runs_any_clause_list_on_the_driver_and_refuses_it_in_
                                             "amount": [a for _, _, a in items]}, schema=SCHEMA),
                                   "tgt.key = src.key", source_alias="src", target_alias="tgt")).execute()
     builder = clauses(merge(spark, uri, source(spark, items), "tgt.key = src.key", source_alias="src", target_alias="tgt"))
-    if dml_regime == "spark":  # nothing fits the driver: Spark's own path does not run these clauses
-        with pytest.raises(UnsupportedFeatureError, match="WHEN NOT MATCHED BY SOURCE AND t.key > 8 THEN DELETE.*run only on the driver"):
-            builder.execute()
-        assert Table(uri).latest_version() == 1
-        return
     assert builder.execute() is not None
     assert rows(uri) == rows(expected)
     assert rows(uri)[0] == ("OLD", 0.0) and rows(uri)[2] == ("US", 2.0) and 3 not in rows(uri) and 12 in rows(uri) and 9 not in rows(uri)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -339,6 +340,21 @@ def test_null_in_nested_non_nullable_field_under_a_null_parent_is_fine(tmp_path:
     assert orjson.loads(adds[0].stats)["nullCount"]["st"]["k"] == 1
     table = commit(tmp_path, SCHEMA, adds)
     assert read_sorted(table).column("st").to_pylist() == [{"k": 1, "v": "a"}, None]
+
+
+def test_columns_whose_values_repeat_over_the_file_are_dictionary_encoded(tmp_path: Path) -> None:
+    """A unique key stays plain (a dictionary attempt on it only costs); a column of 16,384
+    values, most of them distinct in any short run of rows, and one of few values get a
+    dictionary, which makes the file smaller."""
+    n = 200_000
+    keys = pa.array(range(n), pa.int64())
+    prices = np.random.default_rng(7).integers(0, 16_384, n) / 100.0  # most of any 8,192 rows distinct
+    data = pa.table({"key": keys, "spread": prices, "few": pc.cast(pc.bit_wise_and(keys, 7), pa.string())})
+    (add,) = write(tmp_path, data, data.schema)
+    metadata = pq.ParquetFile(tmp_path / unquote(add.path)).metadata
+    dictionary = {metadata.row_group(0).column(i).path_in_schema: metadata.row_group(0).column(i).has_dictionary_page for i in range(3)}
+    assert dictionary == {"key": False, "spread": True, "few": True}
+    assert read_sorted(commit(tmp_path, data.schema, [add]), "key").equals(data)
 
 
 # --- file sizes and streaming ---------------------------------------------------------------------

@@ -19,6 +19,7 @@ from txnlog.file_facts import parse_column_path, physical_path, stats_columns
 from txnlog.schema import FIELD_METADATA_KEY
 from txnlog.write.stats import (
     MAX_TIE_BREAKER,
+    PARQUET_STATISTICS_LIMIT,
     STRING_PREFIX_LENGTH,
     StatsCollector,
     file_stats,
@@ -311,3 +312,57 @@ def test_stats_are_valid_bounds_and_exact_counts(t: pa.Table) -> None:
             assert low is not None and high is not None
         if name in ("i", "dec", "d"):  # exact for types with no truncation
             assert _as_comparable(name, low) == true_low and _as_comparable(name, high) == true_high
+
+
+# --- the writer's stats: string bounds from the Parquet footer -------------------------------
+
+
+def _writer_tables() -> st.SearchStrategy[pa.Table]:
+    """Rows with what string bounds from a footer could get wrong: nulls, strings past the
+    32-character prefix and past the footer's size limit, code points above U+FFFD, struct
+    leaves under null parents, lists, NaN."""
+    text = st.one_of(
+        st.none(),
+        st.text(alphabet=st.sampled_from("ab\u00e9\ufffd\uffff\U0010ffff"), max_size=40),
+        st.builds(lambda c, n: c * n, st.sampled_from("az\ufffd"), st.sampled_from([33, 2100, PARQUET_STATISTICS_LIMIT + 1])),
+    )
+    row = st.fixed_dictionaries({
+        "s": text,
+        "l": text,
+        "st": st.one_of(st.none(), st.fixed_dictionaries({"x": text, "n": st.one_of(st.none(), st.integers(-5, 5))})),
+        "tags": st.one_of(st.none(), st.lists(text, max_size=2)),
+        "f": st.one_of(st.none(), st.sampled_from([0.5, -1.0, float("nan"), float("inf")])),
+        "i": st.one_of(st.none(), st.integers(-(2**40), 2**40)),
+    })
+    schema = pa.schema([("s", pa.string()), ("l", pa.large_string()), ("st", pa.struct([("x", pa.string()), ("n", pa.int32())])),
+                        ("tags", pa.list_(pa.string())), ("f", pa.float64()), ("i", pa.int64())])
+    return st.lists(row, min_size=1, max_size=30).map(lambda rows: pa.Table.from_pylist(rows, schema=schema))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(_writer_tables(), st.integers(1, 7), st.sampled_from([None, "p"]))
+def test_written_files_stats_equal_the_stats_computed_from_their_rows(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, t: pa.Table, chunk: int, partition: str | None,
+) -> None:
+    """The writer takes string bounds from the Parquet footer it writes; they must be exactly
+    what Arrow compute gives on the same rows (``file_stats``), over several row groups (a
+    flush every few rows) and with a partition column dropped from the files."""
+    from txnlog.log.actions import Metadata, Protocol
+    from txnlog.schema import arrow_to_delta_schema
+    from txnlog.storage import open_store
+    from txnlog.table_configuration import TableConfiguration
+    from txnlog.write import parquet as parquet_writer
+    from txnlog.write import write_data_files
+
+    monkeypatch.setattr(parquet_writer, "_ROW_GROUP_BYTES", 1)  # every batch is a row group of its own
+    if partition is not None:
+        t = t.append_column("p", pa.array([i % 2 for i in range(t.num_rows)], pa.int64()))
+    config = TableConfiguration.from_actions(
+        Protocol(1, 2), Metadata("t", arrow_to_delta_schema(t.schema), (partition,) if partition else (), {}))
+    root = tmp_path_factory.mktemp("stats")
+    adds = write_data_files(open_store(str(root)), pa.RecordBatchReader.from_batches(t.schema, t.to_batches(max_chunksize=chunk)),
+                            table_configuration=config)
+    columns = config.stats_columns_of(t.schema)
+    for add in adds:
+        rows = t if partition is None else t.filter(pc.equal(t.column("p"), int(add.partition_values["p"])))
+        assert add.stats == file_stats(rows, columns), add.partition_values

@@ -301,9 +301,9 @@ class MergePlan:
 
     @property
     def keyword_form(self) -> bool:
-        """Whether the clauses are those the keyword form makes (what every executor runs today):
-        a matched delete (with or without condition) before an unconditional matched update,
-        and an unconditional insert."""
+        """Whether the clauses are those the keyword form makes: a matched delete (with or
+        without condition) before an unconditional matched update, and an unconditional insert
+        (the shape an executor may run with fewer passes)."""
         matched = self.clauses_when("matched")
         inserts = self.clauses_when("not_matched")
         return (

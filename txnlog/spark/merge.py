@@ -8,7 +8,10 @@ matching target rows, and the other rows of small copy-on-write files):
 0. a small source of a portable plan (:meth:`txnlog.dml.MergePlan.portable`: its clauses compute
    as Spark computes them), into files whose columns read are small, is collected, and the
    Python executor (``txnlog.dml.run_merge``, the code of ``Table.merge``) runs the whole plan
-   on the driver; otherwise:
+   on the driver; otherwise, for clause lists beyond the keyword form's (conditional updates
+   and inserts, several clauses of a kind, by-source clauses), :func:`_run_clauses` runs them
+   all on the executors (each row takes the first clause of its kind whose condition holds);
+   for the keyword form's:
 1. the source is persisted for the duration (a streaming micro-batch may not be re-readable);
    a source of few rows sends its key columns to the driver, a larger one gives its row count
    and the min/max of each key column in one aggregate;
@@ -43,8 +46,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -72,7 +77,7 @@ from txnlog.dml import (
     merge_candidates,
 )
 from txnlog.dml import run_merge as run_on_driver
-from txnlog.errors import InvalidArgumentError, UnsupportedFeatureError
+from txnlog.errors import InvalidArgumentError
 from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.change_data import ChangeRows
 from txnlog.spark.common import SPARK_FAILURES, SparkJobError, arrow_schema_of_struct, job_error, quote_column
@@ -89,6 +94,7 @@ log = logging.getLogger(__name__)
 FILE_COLUMN = "__txnlog_file"
 SOURCE_ROW_COLUMN = SOURCE_ROW  # the key matcher's name for a source row's number
 _TOUCHED = "__txnlog_touched"  # a matched target row this MERGE updates or deletes
+_CHOSEN = "__txnlog_clause"  # the index of the clause a row takes among those of its kind (-1: none)
 _DELETED = "__txnlog_deleted"
 _TARGET_ROW_ID = "__txnlog_row_id"
 _POSITION = "__txnlog_position"
@@ -151,15 +157,10 @@ def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: Merg
         raise InvalidArgumentError(f"merge into {txn.uri}: the table does not exist yet")
     if not plan.keyword_form:
         # Conditional updates and inserts, several clauses of a kind, by-source clauses: the
-        # Python executor runs them on the driver when it may; Spark's own path does not yet.
-        ran = _merge_on_driver(txn, spark, source_df, plan)
-        if ran is not None:
-            return ran
-        raise UnsupportedFeatureError(
-            f"merge into {txn.uri}: this MERGE's clauses ({_shape(plan)}) run only on the driver, where its source and the files it "
-            "reads must fit spark.driver.maxResultSize's bound and its SQL must be what txnlog computes as Spark does "
-            "(MergePlan.portable); on Spark's executors only a matched delete, an unconditional matched update and an "
-            "unconditional insert run", features=())
+        # Python executor runs them on the driver when they are small and it may; else every
+        # clause list runs here, on the executors.
+        small = _merge_on_driver(txn, spark, source_df, plan)
+        return small if small is not None else _run_clauses(txn, spark, source_df, plan)
     columns = list(plan.target_columns)
     update_clause = _clause(plan, "matched", "update")
     delete_clause = _clause(plan, "matched", "delete")
@@ -205,12 +206,7 @@ def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: Merg
         else:
             if keyed is not None:
                 bounds = plan.key_bounds(keyed)
-            if any(lo is None for lo, _ in bounds.values()):
-                # A key column that is null in every source row: nothing can match.
-                candidates = snapshot.files().slice(0, 0)
-            else:
-                predicate = plan.key_range(bounds)
-                candidates = txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
+            candidates = _in_key_range(txn, plan, bounds)
         log.info("merge into %s: %d source rows, %d of %d files may match", txn.uri, source_rows, candidates.num_rows, snapshot.num_files)
 
         s = source.alias("s")
@@ -337,40 +333,262 @@ def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: Merg
             outputs.append(s.select(*_inserted(plan, inserts, types)))
         scanned = time.monotonic()
 
-        adds: list[AddFile] = []
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            copied_files = None
-            if copy_on_driver is not None:
-                assert driver_pairs is not None
-                copied_files = pool.submit(_copy_rows, txn, snapshot, spec, copy_on_driver, driver_pairs, row_ids)
-            if outputs:
-                out = outputs[0]
-                for more in outputs[1:]:
-                    out = out.unionByName(more)
-                adds = write_files(out, txn.write_context(), preserve_row_ids=row_ids)
-            if copied_files is not None:
-                adds = [*copied_files.result(), *adds]
-        if adds:
-            txn.add_files(adds)
-        change_files = changes.stage()
-        added = files_table(adds)
-        written = live_rows(added)
-        if merge_on_read:
-            deletes = txn.delete_rows(hit, positions, exact=plan.every_match_changes) if hit.num_rows else None
-            files = FileCounts.vectors_of(deletes, adds) if deletes is not None else FileCounts.rewrite(added.slice(0, 0), adds)
-            copied: int | None = 0
-        else:
-            if hit.num_rows:
-                txn.remove_files(hit)
-            files = FileCounts.rewrite(hit, adds)
-            before = live_rows(hit)
-            copied = before - updated_rows - deleted_rows if before is not None else None
-        inserted = written - updated_rows - copied if written is not None and copied is not None else None
-        timing = Timing(int((scanned - started) * 1000), int((time.monotonic() - scanned) * 1000), int((time.monotonic() - started) * 1000))
-        return MergeMetrics(source_rows, candidates.num_rows, files, change_files, inserted, updated_rows, deleted_rows, copied, timing=timing)
+        copy = None
+        if copy_on_driver is not None:
+            assert driver_pairs is not None
+            copy = partial(_copy_rows, txn, snapshot, spec, copy_on_driver, driver_pairs, row_ids)
+        counts = _Counts(source_rows, candidates.num_rows, updated_rows, deleted_rows)
+        return _stage(txn, plan, changes, outputs, hit, positions, counts, (started, scanned), copy_on_driver=copy)
     finally:
         for frame in cached:
             frame.unpersist()
+
+
+def _in_key_range(txn: OptimisticTransaction, plan: MergePlan, bounds: Mapping[str, tuple[Any, Any]]) -> pa.Table:
+    """The files of ``txn``'s snapshot whose stats overlap the source's key range (``bounds``:
+    each source key's min and max), recorded as what the transaction reads."""
+    assert txn.snapshot is not None
+    if any(lo is None for lo, _ in bounds.values()):
+        # A key column that is null in every source row: nothing can match.
+        return txn.snapshot.files().slice(0, 0)
+    predicate = plan.key_range(bounds)
+    return txn.filter_files(predicate) if predicate is not None else txn.read_whole_table()
+
+
+def _first_clause(clauses: Sequence[MergeClause]) -> Any:
+    """Per row, the index of the first of ``clauses`` whose condition is TRUE (-1: none), as
+    Delta applies a MERGE's clauses of one kind."""
+    chosen = None
+    for k, clause in enumerate(clauses):
+        holds = F.lit(True) if clause.condition is None else F.expr(clause.condition.sql)
+        chosen = F.when(holds, F.lit(k)) if chosen is None else chosen.when(holds, F.lit(k))
+    return F.lit(-1) if chosen is None else chosen.otherwise(F.lit(-1))
+
+
+def _values_chosen(clauses: Sequence[MergeClause], chosen: Any, columns: Sequence[str], types: Mapping[str, Any]) -> list[Any]:
+    """Per target column (cells :func:`_cell`), the value the update clause ``chosen`` assigns,
+    else the target row's own."""
+    cells = []
+    for i, c in enumerate(columns):
+        old = F.col(f"t.{quote_column(c)}").cast(types[c])
+        value = None
+        for k, clause in enumerate(clauses):
+            if clause.action != "update" or c not in (clause.assignments or {}):
+                continue
+            new = F.expr((clause.assignments or {})[c].sql).cast(types[c])
+            value = F.when(chosen == k, new) if value is None else value.when(chosen == k, new)
+        cells.append((old if value is None else value.otherwise(old)).alias(_cell(i)))
+    return cells
+
+
+def _updates(clauses: Sequence[MergeClause]) -> bool:
+    return any(c.action == "update" for c in clauses)
+
+
+def _collect_positions(found: dict[str, list[pa.Array]], paths: pa.Array, lists: pa.Array) -> None:
+    """Add each file's changed positions (``lists[i]`` of file ``paths[i]``) to ``found``."""
+    for i, path in enumerate(paths.to_pylist()):
+        found.setdefault(path, []).append(lists[i].values.cast(pa.int64()))
+
+
+def _changed_rows(plan: MergePlan, clauses: Sequence[MergeClause], changes: ChangeRows, rows: Any, types: Mapping[str, Any],
+                  outputs: list[Any]) -> None:
+    """From target rows one kind of ``clauses`` changes (``rows``: tagged with :data:`_TOUCHED`
+    and :data:`_DELETED`, their new values in cells :func:`_cell` when a clause updates, their
+    id in :data:`_TARGET_ROW_ID` and old values in :func:`_old` as needed): the updated rows'
+    new versions into ``outputs``, and the change data."""
+    columns = list(plan.target_columns)
+    updated = rows.where(F.col(_TOUCHED) & ~F.col(_DELETED))
+    previous = (F.col(_TARGET_ROW_ID), F.lit(None)) if plan.conform.row_ids is not None else None
+    new_values = {c: F.col(_cell(i)) for i, c in enumerate(columns)}
+    if _updates(clauses):
+        outputs.append(updated.select(*conformed_columns(plan.conform, RowKind.UPDATE, new_values, previous=previous, types=types)))
+        changes.require(lambda: updated.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "update_preimage")
+        changes.require(lambda: updated.select(*[F.col(_cell(i)).alias(c) for i, c in enumerate(columns)]), "update_postimage")
+    if any(c.action == "delete" for c in clauses):
+        removed = rows.where(F.col(_DELETED))
+        changes.require(lambda: removed.select(*[F.col(_old(i)).alias(c) for i, c in enumerate(columns)]), "delete")
+
+
+def _insert_rows(fresh: Any, plan: MergePlan, inserts: Sequence[MergeClause], types: Mapping[str, Any], changes: ChangeRows,
+                 outputs: list[Any]) -> None:
+    """Source rows no target row matched (``fresh``, aliased ``s``), each inserted by the first
+    insert clause that holds: the rows into ``outputs``, and the change data."""
+    chosen = F.col(f"s.{_CHOSEN}")
+    rows = fresh.withColumn(_CHOSEN, _first_clause(inserts)).alias("s").where(chosen >= 0)
+    each = [conformed(plan.conform, RowKind.INSERT, {c: F.expr(e.sql) for c, e in (clause.assignments or {}).items()}, types=types)
+            for clause in inserts]
+    values = []
+    for name in each[0]:
+        value = F.when(chosen == 0, each[0][name])
+        for k, more in enumerate(each[1:], start=1):
+            value = value.when(chosen == k, more[name])
+        values.append(value.alias(name))
+    inserted = rows.select(*values)
+    outputs.append(inserted)
+    changes.imply(lambda: inserted, "insert")
+
+
+def _run_clauses(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: MergePlan) -> MergeMetrics:
+    """Any clause list, run by the executors: the matched pairs (the target's candidate files
+    joined with the source on ON) take the first matched clause that holds, the source rows
+    no pair holds the first insert clause, and the target rows no pair holds (every file is
+    read) the first by-source clause. The driver gets, per changed file, the positions of its
+    changed rows, and the row counts; no row."""
+    snapshot = txn.snapshot
+    assert snapshot is not None
+    columns = list(plan.target_columns)
+    spec = plan.conform
+    types = spark_types(spec)
+    row_ids = spec.row_ids is not None
+    changes = ChangeRows(spark, txn)
+    matched_clauses = plan.clauses_when("matched")
+    inserts = plan.clauses_when("not_matched")
+    by_source = plan.clauses_when("not_matched_by_source")
+    started = time.monotonic()
+    source = source_df.withColumn(SOURCE_ROW_COLUMN, F.monotonically_increasing_id()).persist(StorageLevel.MEMORY_AND_DISK)
+    cached = [source]
+    try:
+        source_rows, unique_keys, bounds = _summary(source, plan)
+        if source_rows == 0 and not by_source:
+            return MergeMetrics()
+        # A target row no source row matches may change: then every file is read.
+        candidates = txn.read_whole_table() if by_source else _in_key_range(txn, plan, bounds)
+        log.info("merge into %s in Spark: %d source rows, %d of %d files read", txn.uri, source_rows, candidates.num_rows, snapshot.num_files)
+        s = source.alias("s")
+        outputs: list[Any] = []
+        found: dict[str, list[pa.Array]] = {}
+        updated = deleted = by_source_updated = by_source_deleted = 0
+        hit = candidates.slice(0, 0)
+        positions: list[pa.Array] = []
+        if not candidates.num_rows:
+            if inserts:
+                _insert_rows(s, plan, inserts, types, changes, outputs)
+        else:
+            target = _read_tagged(spark, snapshot, candidates, with_row_ids=row_ids).alias("t")
+            # 1. The matched pairs, each with the matched clause it takes and its new values.
+            chosen = F.col(_CHOSEN)  # computed once per row, then read by every cell
+            deletes = [k for k, c in enumerate(matched_clauses) if c.action == "delete"]
+            keys = [F.col(f"t.{quote_column(t)}").alias(_key(i)) for i, (t, _) in enumerate(plan.pairs)]
+            extra = []
+            if row_ids:
+                extra.append(F.col(f"t.{ROW_ID}").alias(_TARGET_ROW_ID))
+            if changes.enabled and matched_clauses:
+                extra += [F.col(f"t.{quote_column(c)}").cast(types[c]).alias(_old(i)) for i, c in enumerate(columns)]
+            pairs = target.join(s, F.expr(plan.condition.sql), "inner").withColumn(_CHOSEN, _first_clause(matched_clauses))
+            matched = pairs.select(
+                F.col(f"t.{FILE_COLUMN}").alias(FILE_COLUMN),
+                F.col(f"t.{ROW_INDEX_COLUMN}").alias(ROW_INDEX_COLUMN),
+                F.col(f"s.{SOURCE_ROW_COLUMN}").alias(SOURCE_ROW_COLUMN),
+                chosen,
+                (chosen >= 0).alias(_TOUCHED),
+                chosen.isin(deletes).alias(_DELETED) if deletes else F.lit(False).alias(_DELETED),
+                *keys,
+                *(_values_chosen(matched_clauses, chosen, columns, types) if _updates(matched_clauses) else []),
+                *extra,
+            ).persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(matched)
+            if matched_clauses:
+                paths, lists, updated, deleted = _touched_rows(plan, matched, check_duplicates=not unique_keys)
+                _collect_positions(found, paths, lists)
+                _changed_rows(plan, matched_clauses, changes, matched, types, outputs)
+            # 2. The target rows no source row matched, each with the by-source clause it takes.
+            if by_source:
+                alone = target.join(matched.select(FILE_COLUMN, ROW_INDEX_COLUMN), on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti").alias("t")
+                alone = alone.withColumn(_CHOSEN, _first_clause(by_source)).alias("t")
+                deletes = [k for k, c in enumerate(by_source) if c.action == "delete"]
+                extra = [F.col(f"t.{ROW_ID}").alias(_TARGET_ROW_ID)] if row_ids else []
+                if changes.enabled:
+                    extra += [F.col(f"t.{quote_column(c)}").cast(types[c]).alias(_old(i)) for i, c in enumerate(columns)]
+                lonely = alone.select(
+                    F.col(FILE_COLUMN), F.col(ROW_INDEX_COLUMN), chosen, F.lit(True).alias(_TOUCHED),
+                    chosen.isin(deletes).alias(_DELETED) if deletes else F.lit(False).alias(_DELETED),
+                    *(_values_chosen(by_source, chosen, columns, types) if _updates(by_source) else []), *extra,
+                ).where(F.col(_CHOSEN) >= 0).persist(StorageLevel.MEMORY_AND_DISK)
+                cached.append(lonely)
+                paths, lists, by_source_updated, by_source_deleted = _touched_rows(plan, lonely, check_duplicates=False)
+                _collect_positions(found, paths, lists)
+                _changed_rows(plan, by_source, changes, lonely, types, outputs)
+            # 3. The source rows no target row matched, each with the insert clause it takes.
+            if inserts:
+                fresh = s.join(matched.select(SOURCE_ROW_COLUMN), on=SOURCE_ROW_COLUMN, how="left_anti").alias("s")
+                _insert_rows(fresh, plan, inserts, types, changes, outputs)
+            if found:
+                at = {p: i for i, p in enumerate(candidates.column("path").to_pylist())}
+                hit = candidates.take(pa.array([at[p] for p in found], pa.int64()))
+                positions = [pa.concat_arrays(parts) for parts in found.values()]
+                if not plan.deletion_vectors:  # copy-on-write: every other live row of a changed file is written again
+                    changed = matched.where(F.col(_TOUCHED)).select(FILE_COLUMN, ROW_INDEX_COLUMN)
+                    if by_source:
+                        changed = changed.unionByName(lonely.select(FILE_COLUMN, ROW_INDEX_COLUMN))
+                    kept = _read_tagged(spark, snapshot, hit, with_row_ids=row_ids).join(changed, on=[FILE_COLUMN, ROW_INDEX_COLUMN], how="left_anti")
+                    previous = (F.col(ROW_ID), F.col(ROW_COMMIT_VERSION)) if row_ids else None
+                    outputs.append(kept.select(*conformed_columns(spec, RowKind.COPY, {c: F.col(quote_column(c)) for c in columns},
+                                                                  previous=previous, types=types)))
+        counts = _Counts(source_rows, candidates.num_rows, updated, deleted, by_source_updated, by_source_deleted)
+        return _stage(txn, plan, changes, outputs, hit, positions, counts, (started, time.monotonic()))
+    finally:
+        for frame in cached:
+            frame.unpersist()
+
+
+@dataclass(frozen=True)
+class _Counts:
+    """What a MERGE counted while it ran in Spark, for its metrics."""
+
+    source_rows: int
+    files_scanned: int
+    updated: int = 0
+    deleted: int = 0
+    by_source_updated: int = 0
+    by_source_deleted: int = 0
+
+
+def _stage(
+    txn: OptimisticTransaction, plan: MergePlan, changes: ChangeRows, outputs: list[Any], hit: pa.Table, positions: list[pa.Array],
+    counts: _Counts, times: tuple[float, float], *, copy_on_driver: Callable[[], list[AddFile]] | None = None,
+) -> MergeMetrics:
+    """Write ``outputs`` (DataFrames of conformed rows) on the executors, and stage them with
+    the changed rows (``positions`` of ``hit``'s files: marked in deletion vectors, or their
+    files rewritten with ``outputs`` holding the other rows) and the change data; the metrics.
+    ``copy_on_driver`` writes more files on the driver meanwhile."""
+    row_ids = plan.conform.row_ids is not None
+    adds: list[AddFile] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        copied_files = pool.submit(copy_on_driver) if copy_on_driver is not None else None
+        if outputs:
+            out = outputs[0]
+            for more in outputs[1:]:
+                out = out.unionByName(more)
+            adds = write_files(out, txn.write_context(), preserve_row_ids=row_ids)
+        if copied_files is not None:
+            adds = [*copied_files.result(), *adds]
+    if adds:
+        txn.add_files(adds)
+    change_files = changes.stage()
+    added = files_table(adds)
+    written = live_rows(added)
+    changed = counts.updated + counts.deleted + counts.by_source_updated + counts.by_source_deleted
+    if plan.deletion_vectors:
+        # Exactly the rows the ON condition matched are marked only when every matched row
+        # changes and no row is changed for lacking a match; else a concurrent deletion in these
+        # files conflicts.
+        exact = plan.every_match_changes and not plan.by_source
+        deletes = txn.delete_rows(hit, positions, exact=exact) if hit.num_rows else None
+        files = FileCounts.vectors_of(deletes, adds) if deletes is not None else FileCounts.rewrite(added.slice(0, 0), adds)
+        copied: int | None = 0
+    else:
+        if hit.num_rows:
+            txn.remove_files(hit)
+        files = FileCounts.rewrite(hit, adds)
+        before = live_rows(hit)
+        copied = before - changed if before is not None else None
+    updated = counts.updated + counts.by_source_updated
+    inserted = written - updated - copied if written is not None and copied is not None else None
+    started, scanned = times
+    timing = Timing(int((scanned - started) * 1000), int((time.monotonic() - scanned) * 1000), int((time.monotonic() - started) * 1000))
+    return MergeMetrics(counts.source_rows, counts.files_scanned, files, change_files, inserted, counts.updated, counts.deleted, copied,
+                        counts.by_source_updated, counts.by_source_deleted, timing=timing)
 
 
 def _merge_on_driver(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: MergePlan) -> MergeMetrics | None:
@@ -410,12 +628,6 @@ def _merge_on_driver(txn: OptimisticTransaction, spark: Any, source_df: Any, pla
         return None
     log.info("merge into %s on the driver: %d source rows, %d of %d files may match", txn.uri, rows.num_rows, candidates.num_rows, snapshot.num_files)
     return run_on_driver(txn, plan, rows)
-
-
-def _shape(plan: MergePlan) -> str:
-    """The clauses of ``plan``, as a MERGE statement lists them."""
-    return ", ".join(f"WHEN {c.when.replace('_', ' ').upper()}{' AND ' + c.condition.sql if c.condition else ''} THEN {c.action.upper()}"
-                     for c in plan.clauses)
 
 
 #: In Spark's error when a job's results exceed ``spark.driver.maxResultSize``.
@@ -601,10 +813,9 @@ def merge(
     ``t.x = s.y``. Without clause keywords it returns a :class:`txnlog.dml.MergeBuilder` with
     ``Table.merge``'s clauses (``when_matched_update(updates, predicate=None)``, ...,
     ``when_not_matched_by_source_delete(predicate=None)``) and ``execute()``, which commits and
-    returns the new version, or None when nothing changed. Spark's executors run a matched
-    delete, an unconditional matched update and an unconditional insert; other clause lists
-    run on the driver when the source and the files read fit its bound (else
-    UnsupportedFeatureError says so). The keyword form: ``when_matched_update``: a dict of
+    returns the new version, or None when nothing changed. Any clause list runs on Spark's
+    executors, or on the driver when the source and the files read fit its bound. The keyword
+    form: ``when_matched_update``: a dict of
     target column -> expression, or ``"*"`` for every column from the source;
     ``when_matched_delete``: True, or a condition that picks the matched rows to delete;
     ``when_not_matched_insert``: a dict or ``"*"``. Conflicts raise ``txnlog.errors``

@@ -24,13 +24,15 @@ If writing fails, every file this call wrote is deleted before the error propaga
 from __future__ import annotations
 
 import logging
+import os
 import random
 import string
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -558,21 +560,29 @@ def encode_log_path(path: str) -> str:
 # --- 3. files --------------------------------------------------------------------------------------
 
 
-#: Rows sampled to choose a column's encoding, and the share of distinct values above which
-#: dictionary encoding is not tried.
+#: Rows sampled to choose a column's encoding (in slices spread over the rows), the share of
+#: distinct values at or below which a dictionary is used, and the dictionary page Parquet
+#: writers keep before falling back to plain encoding (Arrow's default).
 _DICTIONARY_SAMPLE_ROWS = 8192
+_DICTIONARY_SAMPLE_SLICES = 8
 _DICTIONARY_MAX_DISTINCT = 0.5
+_DICTIONARY_PAGE_BYTES = 1024 * 1024
 
 
 def dictionary_columns(rows: pa.Table) -> bool | list[str]:
-    """The columns worth dictionary encoding, judged on the first rows of a file: those whose
-    values repeat. Parquet writers try a dictionary on every column and give it up only after a
-    dictionary page's worth of distinct values, which on a unique key column took most of the
-    time a file took to write (and the fallback page is no smaller than plain encoding). Nested
-    columns: every column keeps the default."""
+    """The columns worth dictionary encoding, judged on rows sampled over the first rows of a
+    file: those whose values repeat in the sample, or whose distinct values, estimated from how
+    often the sample repeats itself, fit one dictionary page. Parquet writers try a dictionary
+    on every column and give it up only after a dictionary page's worth of distinct values,
+    which on a unique key column took most of the time a file took to write (and the fallback
+    page is no smaller than plain encoding); a column with a few thousand distinct values
+    spread over the file, all distinct in any short run of rows, is a third the size and faster
+    to encode with one. Nested columns: every column keeps the default."""
     if any(pa.types.is_nested(f.type) for f in rows.schema):
         return True
-    sample = rows.slice(0, _DICTIONARY_SAMPLE_ROWS)
+    size = max(1, _DICTIONARY_SAMPLE_ROWS // _DICTIONARY_SAMPLE_SLICES)
+    starts = sorted({i * max(0, rows.num_rows - size) // max(1, _DICTIONARY_SAMPLE_SLICES - 1) for i in range(_DICTIONARY_SAMPLE_SLICES)})
+    sample = pa.concat_tables([rows.slice(start, size) for start in starts]) if rows.num_rows > _DICTIONARY_SAMPLE_ROWS else rows
     chosen = []
     for f in rows.schema:
         column = sample.column(f.name)
@@ -585,30 +595,27 @@ def dictionary_columns(rows: pa.Table) -> bool | list[str]:
         except pa.ArrowNotImplementedError:  # a type without a hash kernel: the default
             chosen.append(f.name)
             continue
-        if distinct <= _DICTIONARY_MAX_DISTINCT * valid:
+        repeats = valid - distinct
+        # A sample of n values from d equally likely ones repeats about n²/2d times.
+        estimated = valid * valid / (2 * repeats) if repeats else float("inf")
+        if distinct <= _DICTIONARY_MAX_DISTINCT * valid or estimated * column.nbytes / len(column) <= _DICTIONARY_PAGE_BYTES:
             chosen.append(f.name)
     return chosen
 
 
-class _Background:
-    """``work`` on a thread of its own; :meth:`join` waits for it and raises what it raised."""
+_stats_workers: tuple[int, ThreadPoolExecutor] | None = None
+_stats_workers_lock = threading.Lock()
 
-    def __init__(self, work: Callable[[], None]) -> None:
-        self.error: BaseException | None = None
 
-        def run() -> None:
-            try:
-                work()
-            except BaseException as e:  # re-raised on the writing thread
-                self.error = e
-
-        self.thread = threading.Thread(target=run, name="txnlog-file-stats", daemon=True)
-        self.thread.start()
-
-    def join(self) -> None:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
+def _stats_worker() -> ThreadPoolExecutor:
+    """The threads computing file stats while Parquet encodes, made once per process (a thread
+    per flush cost as much as the stats on a busy machine: starting one waits for it to be
+    scheduled). A forked child makes its own: the parent's threads are not in it."""
+    global _stats_workers
+    with _stats_workers_lock:
+        if _stats_workers is None or _stats_workers[0] != os.getpid():
+            _stats_workers = (os.getpid(), ThreadPoolExecutor(2, thread_name_prefix="txnlog-file-stats"))
+        return _stats_workers[1]
 
 
 class _OpenFile:
@@ -621,6 +628,8 @@ class _OpenFile:
         self.partition_values = partition_values
         self.layout = layout
         self.stats = StatsCollector(layout.table_schema, layout.stats_columns, mapped=layout.mapped)
+        self.stats.bounds_from_parquet(layout.file_schema, layout.data_names)
+        self.footers: list[pq.FileMetaData] = []  # the written file's, once closed
         self.pending: list[pa.RecordBatch] = []
         self.pending_bytes = 0
         self.compression = compression
@@ -660,13 +669,13 @@ class _OpenFile:
                 table = table.combine_chunks()
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.sink, self.layout.file_schema, compression=self.compression,
-                                               use_dictionary=dictionary_columns(table))
+                                               use_dictionary=dictionary_columns(table), metadata_collector=self.footers)
             # The stats are computed while Parquet encodes the rows: both release the GIL.
-            counting = _Background(self._count_stats)
+            counting = _stats_worker().submit(self._count_stats)
             try:
                 self.writer.write_table(table)
             finally:
-                counting.join()
+                counting.result()
         except Exception as e:
             if not _is_store_failure(e):
                 raise
@@ -685,6 +694,8 @@ class _OpenFile:
             if self.writer is None:  # no row: a valid empty file all the same
                 self.writer = pq.ParquetWriter(self.sink, self.layout.file_schema, compression=self.compression)
             self.writer.close()
+            for footer in self.footers:
+                self.stats.add_parquet_footer(footer)
             size = self.disk_bytes()
             self.sink.close()
         except Exception as e:

@@ -2,7 +2,11 @@
 
 Nothing here knows how or where the file was written, so the driver-side writer and an
 executor-side Spark writer share it. Each column is aggregated with Arrow compute
-(``min_max``, ``null_count``); Python only touches the few resulting scalars.
+(``min_max``, ``null_count``); Python only touches the few resulting scalars. A writer that
+encodes the rows as Parquet may instead hand over the footer's row-group statistics for the
+string columns (:meth:`StatsCollector.bounds_from_parquet`): the encoder compares every string
+anyway, and a second pass over them was most of the cost of a file's stats. The result is the
+same: Parquet's min and max of a string column are exact, in the same byte order.
 
 Rules (Delta PROTOCOL.md "Per-file Statistics", and what delta-spark's StatisticsCollection writes):
 
@@ -38,6 +42,10 @@ STRING_PREFIX_LENGTH = 32
 #: Appended to a cut string max; delta-spark's choice.
 MAX_TIE_BREAKER = "\ufffd"
 
+#: Parquet writers (Arrow's) leave a column chunk's min and max out when either is longer than
+#: this many bytes; rows holding a longer string get their bounds from Arrow compute instead.
+PARQUET_STATISTICS_LIMIT = 4096
+
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 _EPOCH = _dt.datetime(1970, 1, 1)
 # Timestamp ticks per millisecond, by unit (seconds are handled as a multiplication).
@@ -69,7 +77,7 @@ def _bound_kind(t: pa.DataType) -> str | None:
 class _Leaf:
     """Running min, max and null count of one stats column."""
 
-    __slots__ = ("path", "keys", "type", "kind", "null_count", "low", "high", "has_nan", "missing")
+    __slots__ = ("path", "keys", "type", "kind", "null_count", "low", "high", "has_nan", "missing", "parquet_leaf")
 
     def __init__(self, path: ColumnPath, keys: ColumnPath, type_: pa.DataType | None) -> None:
         self.path = path
@@ -81,11 +89,14 @@ class _Leaf:
         self.low: Any = None
         self.high: Any = None
         self.has_nan = False
+        self.parquet_leaf: int | None = None  # where the file's footer has this column's bounds
 
     def update(self, values: pa.Array | pa.ChunkedArray) -> None:
         self.null_count += values.null_count
         if self.kind is None or self.has_nan or values.null_count == len(values):
             return
+        if self.parquet_leaf is not None and pc.max(pc.binary_length(values)).as_py() <= PARQUET_STATISTICS_LIMIT:
+            return  # the footer's row-group statistics bound these rows
         t = values.type
         if pa.types.is_dictionary(t):
             values = values.cast(t.value_type)
@@ -101,7 +112,9 @@ class _Leaf:
         elif pa.types.is_string_view(t):
             values = values.cast(pa.large_string())
         result = pc.min_max(values)
-        low, high = result["min"].as_py(), result["max"].as_py()
+        self.widen(result["min"].as_py(), result["max"].as_py())
+
+    def widen(self, low: Any, high: Any) -> None:
         self.low = low if self.low is None else min(self.low, low)
         self.high = high if self.high is None else max(self.high, high)
 
@@ -207,6 +220,7 @@ class StatsCollector:
 
     def __init__(self, schema: pa.Schema, columns: Sequence[ColumnPath], *, mapped: bool = False) -> None:
         self.num_records = 0
+        self._names = schema.names
         self._leaves: list[_Leaf] = []
         self._indices: list[list[int] | None] = []
         for path in columns:
@@ -220,6 +234,38 @@ class StatsCollector:
                 keys = physical_path(schema, leaf_path, mapped) if found else leaf_path
                 self._leaves.append(_Leaf(leaf_path, keys, found[1] if found else None))
                 self._indices.append(found[0] if found else None)
+
+    def bounds_from_parquet(self, file_schema: pa.Schema, file_columns: Sequence[str]) -> None:
+        """Take the min and max of the top-level string columns from the footer of the Parquet
+        file the rows go to (:meth:`add_parquet_footer`, after it is written) instead of
+        computing them. ``file_schema`` is the file's Arrow schema and ``file_columns`` the
+        name, in the rows given to :meth:`update`, of each of its columns. Rows holding a
+        string longer than the footer keeps (:data:`PARQUET_STATISTICS_LIMIT`) are still
+        bounded here. Dictionary and view columns: Arrow compute, as before."""
+        first_leaf = {}
+        leaf = 0
+        for name, field in zip(file_columns, file_schema):
+            first_leaf[name] = leaf
+            leaf += _parquet_leaves(field.type)
+        for entry, indices in zip(self._leaves, self._indices):
+            if entry.kind != "string" or indices is None or len(indices) != 1 or entry.type is None:
+                continue
+            if not (pa.types.is_string(entry.type) or pa.types.is_large_string(entry.type)):
+                continue
+            name = self._names[indices[0]]
+            if name in first_leaf and file_schema.field(file_columns.index(name)).type == entry.type:
+                entry.parquet_leaf = first_leaf[name]
+
+    def add_parquet_footer(self, metadata: Any) -> None:
+        """Merge the bounds in ``metadata`` (the written file's ``pyarrow.parquet.FileMetaData``)
+        into the columns :meth:`bounds_from_parquet` chose."""
+        for entry in self._leaves:
+            if entry.parquet_leaf is None:
+                continue
+            for group in range(metadata.num_row_groups):
+                statistics = metadata.row_group(group).column(entry.parquet_leaf).statistics
+                if statistics is not None and statistics.has_min_max:
+                    entry.widen(statistics.min, statistics.max)
 
     def update(self, data: pa.Table | pa.RecordBatch) -> None:
         self.num_records += data.num_rows
@@ -256,6 +302,19 @@ class StatsCollector:
 
     def to_json(self) -> str:
         return encode_stats(self.to_dict())
+
+
+def _parquet_leaves(t: pa.DataType) -> int:
+    """How many Parquet leaf columns a column of Arrow type ``t`` is stored as."""
+    if pa.types.is_struct(t):
+        return sum(_parquet_leaves(f.type) for f in t)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return _parquet_leaves(t.value_type)
+    if pa.types.is_map(t):
+        return _parquet_leaves(t.key_type) + _parquet_leaves(t.item_type)
+    if pa.types.is_dictionary(t):
+        return _parquet_leaves(t.value_type)
+    return 1
 
 
 def _put(tree: dict[str, Any], keys: ColumnPath, value: Any) -> None:
