@@ -1,5 +1,7 @@
-"""The txnlog command, run as a subprocess: human and --json output, exit codes, the one-line
-error for a missing table, and a progress bar only on a terminal."""
+"""The txnlog command: human and --json output, exit codes, the one-line error for a missing
+table, and a progress bar only on a terminal. Commands run in this process through click's test
+runner (a new interpreter per command cost a second each); the installed script, ``python -m
+txnlog`` in another working directory and the terminal run as real processes."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ import pty
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 import pytest
+from click.testing import CliRunner
 
+from txnlog.cli import cli
 from txnlog.maintenance import tags
 
 from .conftest import age, build
@@ -19,8 +24,18 @@ from .conftest import age, build
 TXNLOG = [sys.executable, "-m", "txnlog"]
 
 
-def run(*args: str, check_code: int | None = 0) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*TXNLOG, *args], capture_output=True, text=True, timeout=120)
+@dataclass(frozen=True)
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(*args: str, check_code: int | None = 0) -> Ran:
+    """``txnlog *args`` as the command line runs it: the same entry point, its exit code, its
+    stdout and stderr apart. An exception the command lets escape fails the test as it is."""
+    result = CliRunner().invoke(cli, list(args), prog_name="txnlog", catch_exceptions=False)
+    proc = Ran(result.exit_code, result.stdout, result.stderr)
     if check_code is not None:
         assert proc.returncode == check_code, (proc.returncode, proc.stdout, proc.stderr)
     return proc
