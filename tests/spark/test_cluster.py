@@ -39,7 +39,7 @@ from pyspark.sql import SparkSession
 import txnlog.spark as ts
 
 builder = SparkSession.builder.appName("txnlog-cluster-test")
-mode, target, uri = sys.argv[1], sys.argv[2], sys.argv[3]
+mode, target, uri, scope = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 # delta-spark beside txnlog: its jars reach the executors (or the Connect server) from the folder.
 with_delta = bool(ts.delta_jars(os.environ.get("TXNLOG_DELTA_JARS_DIR", "")))
 if with_delta:
@@ -60,29 +60,33 @@ totals = ts.read(spark, uri).groupBy().agg({"v": "sum", "*": "count"}).collect()
 ts.register(spark)
 df.write.format("txnlog").mode("append").option("partitionBy", "p").save(uri + "_format")
 back = spark.read.format("txnlog").load(uri + "_format").groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
-# The streaming source and sink: the table written above streamed into a third one, twice (the
-# second run, from the query's checkpoint, finds nothing new and writes nothing).
-for _ in range(2):
-    query = (spark.readStream.format("txnlog").option("maxFilesPerTrigger", "2").load(uri + "_format")
-             .writeStream.format("txnlog").option("checkpointLocation", uri + "_checkpoint").trigger(availableNow=True)
-             .start(uri + "_stream"))
-    query.awaitTermination(240)
-    if query.exception() is not None:
-        raise RuntimeError(str(query.exception()))
-streamed = spark.read.format("txnlog").load(uri + "_stream").groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
-# MERGE, small enough to run whole on the driver, then the same shape found by Spark's jobs.
-ts.write(df, uri + "_merge")
-upserts = spark.range(4990, 5010, numPartitions=2).selectExpr("id", "cast(id % 5 as string) as p", "id * 100 as v")
-ts.merge(spark, uri + "_merge", upserts, on="id", when_matched_update="*", when_not_matched_insert="*")
-spark.conf.set("spark.txnlog.dml.driverScanCells", "0")
-ts.merge(spark, uri + "_merge", spark.range(0, 10).selectExpr("id", "-1 as v"), on="id", when_matched_update={"v": "s.v"})
-# Few rows but 12 MB: over maxResultSize, so Spark merges it (the driver would have collected
-# it). The classic driver's conf: a Connect server has its own.
-spark.conf.unset("spark.txnlog.dml.driverScanCells")
-ts.write(spark.range(0, 100).selectExpr("id", "'a' as p"), uri + "_wide")
-if mode != "connect":
-    wide = spark.range(0, 64, numPartitions=2).selectExpr("id", "repeat('x', 200000) as p")
-    ts.merge(spark, uri + "_wide", wide, on="id", when_matched_update="*")
+# The rest (scope "full", under soak): the streaming source and sink, and MERGE.
+streamed, query_id = {"count(1)": None, "sum(v)": None}, None
+if scope == "full":
+    # The streaming source and sink: the table written above streamed into a third one, twice (the
+    # second run, from the query's checkpoint, finds nothing new and writes nothing).
+    for _ in range(2):
+        query = (spark.readStream.format("txnlog").option("maxFilesPerTrigger", "2").load(uri + "_format")
+                 .writeStream.format("txnlog").option("checkpointLocation", uri + "_checkpoint").trigger(availableNow=True)
+                 .start(uri + "_stream"))
+        query.awaitTermination(240)
+        if query.exception() is not None:
+            raise RuntimeError(str(query.exception()))
+    query_id = str(query.id)
+    streamed = spark.read.format("txnlog").load(uri + "_stream").groupBy().agg({"v": "sum", "*": "count"}).collect()[0].asDict()
+    # MERGE, small enough to run whole on the driver, then the same shape found by Spark's jobs.
+    ts.write(df, uri + "_merge")
+    upserts = spark.range(4990, 5010, numPartitions=2).selectExpr("id", "cast(id % 5 as string) as p", "id * 100 as v")
+    ts.merge(spark, uri + "_merge", upserts, on="id", when_matched_update="*", when_not_matched_insert="*")
+    spark.conf.set("spark.txnlog.dml.driverScanCells", "0")
+    ts.merge(spark, uri + "_merge", spark.range(0, 10).selectExpr("id", "-1 as v"), on="id", when_matched_update={"v": "s.v"})
+    # Few rows but 12 MB: over maxResultSize, so Spark merges it (the driver would have collected
+    # it). The classic driver's conf: a Connect server has its own.
+    spark.conf.unset("spark.txnlog.dml.driverScanCells")
+    ts.write(spark.range(0, 100).selectExpr("id", "'a' as p"), uri + "_wide")
+    if mode != "connect":
+        wide = spark.range(0, 64, numPartitions=2).selectExpr("id", "repeat('x', 200000) as p")
+        ts.merge(spark, uri + "_wide", wide, on="id", when_matched_update="*")
 # delta-spark reads a table txnlog wrote, appends to it, and txnlog reads delta-spark's commit.
 delta = {}
 if with_delta:
@@ -91,7 +95,7 @@ if with_delta:
     spark.range(5000, 5010).selectExpr("id", "cast(id % 5 as string) as p", "id * 2 as v").write.format("delta").mode("append").save(uri + "_delta")
 result = {"mode": mode, "delta": delta, "kind": type(df).__module__, "version": int(version), "count": totals["count(1)"], "sum": totals["sum(v)"],
           "format_count": back["count(1)"], "format_sum": back["sum(v)"],
-          "stream_count": streamed["count(1)"], "stream_sum": streamed["sum(v)"], "query_id": str(query.id)}
+          "stream_count": streamed["count(1)"], "stream_sum": streamed["sum(v)"], "query_id": query_id, "scope": scope}
 print("RESULT " + json.dumps(result), flush=True)
 spark.stop()
 """
@@ -116,10 +120,10 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run_driver(mode: str, target: str, uri: str, tmp_path: Path) -> dict[str, object]:
+def _run_driver(mode: str, target: str, uri: str, tmp_path: Path, scope: str) -> dict[str, object]:
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(script), mode, target, uri], env=_env(), capture_output=True, text=True, timeout=420)
+    proc = subprocess.run([sys.executable, str(script), mode, target, uri, scope], env=_env(), capture_output=True, text=True, timeout=420)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"driver failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return dict(json.loads(lines[-1][len("RESULT "):]))
@@ -130,10 +134,22 @@ def _check(result: dict[str, object], uri: str) -> None:
     assert result["count"] == 5000
     assert result["sum"] == sum(range(5000)) * 2
     assert (result["format_count"], result["format_sum"]) == (result["count"], result["sum"])
-    assert (result["stream_count"], result["stream_sum"]) == (result["count"], result["sum"])
     for table in (uri, uri + "_format"):
         snap = txnlog.Table(table).snapshot()
         assert snap.version == 0 and sorted({m[0][1] for m in snap.files().column("partition_values").to_pylist()}) == list("01234")
+    if txnlog.spark.delta_jars(delta_jars_dir()):
+        assert result["delta"] == {"count(1)": 5000, "sum(v)": result["sum"]}
+        # delta-spark's append is version 1, read by txnlog.
+        appended = txnlog.Table(uri + "_delta").snapshot()
+        assert appended.version == 1 and sorted(appended.to_arrow().column("id").to_pylist()) == list(range(5010))
+    elif os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"delta-spark's jars are not in {delta_jars_dir()}")
+    if result["scope"] == "full":
+        _check_streams_and_merges(result, uri)
+
+
+def _check_streams_and_merges(result: dict[str, object], uri: str) -> None:
+    assert (result["stream_count"], result["stream_sum"]) == (result["count"], result["sum"])
     # The stream's commits: one per micro-batch of at most 2 files, keyed by the query's id.
     streamed = txnlog.Table(uri + "_stream").snapshot()
     batches = streamed.app_transaction_version(str(result["query_id"]))
@@ -142,13 +158,6 @@ def _check(result: dict[str, object], uri: str) -> None:
     merged = {r["id"]: (r["p"], r["v"]) for r in txnlog.Table(uri + "_merge").snapshot().to_arrow().to_pylist()}
     expected = {i: (str(i % 5), -1 if i < 10 else (i * 100 if i >= 4990 else i * 2)) for i in range(5010)}
     assert merged == expected
-    if txnlog.spark.delta_jars(delta_jars_dir()):
-        assert result["delta"] == {"count(1)": 5000, "sum(v)": result["sum"]}
-        # delta-spark's append is version 1, read by txnlog.
-        appended = txnlog.Table(uri + "_delta").snapshot()
-        assert appended.version == 1 and sorted(appended.to_arrow().column("id").to_pylist()) == list(range(5010))
-    elif os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"delta-spark's jars are not in {delta_jars_dir()}")
     wide = txnlog.Table(uri + "_wide").snapshot().to_arrow().to_pylist()
     merged_wide = 64 if result["mode"] != "connect" else 0
     assert sorted((r["id"], len(r["p"]), r["p"][:1]) for r in wide) == [
@@ -202,9 +211,15 @@ def standalone_cluster(tmp_path: Path) -> Iterator[str]:
                     p.wait()
 
 
-def test_round_trip_on_a_standalone_cluster_with_two_workers(standalone_cluster: str, tmp_path: Path) -> None:
+#: The default suite writes and reads through the functions, the data source and delta-spark; soak
+#: adds the streaming source and sink and the MERGE shapes (each run is a minute or more here).
+SCOPES = ["core", pytest.param("full", marks=pytest.mark.soak)]
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+def test_round_trip_on_a_standalone_cluster_with_two_workers(standalone_cluster: str, tmp_path: Path, scope: str) -> None:
     uri = str(tmp_path / "table")
-    result = _run_driver("classic", standalone_cluster, uri, tmp_path)
+    result = _run_driver("classic", standalone_cluster, uri, tmp_path, scope)
     assert result["kind"].startswith("pyspark.sql")
     _check(result, uri)
     # Both workers ran executors for this application.
@@ -212,9 +227,10 @@ def test_round_trip_on_a_standalone_cluster_with_two_workers(standalone_cluster:
     assert len(apps) >= 2, apps
 
 
-def test_round_trip_over_spark_connect(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scope", SCOPES)
+def test_round_trip_over_spark_connect(tmp_path: Path, scope: str) -> None:
     pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'txnlog[spark]')")
     uri = str(tmp_path / "table")
-    result = _run_driver("connect", "local[2]", uri, tmp_path)
+    result = _run_driver("connect", "local[2]", uri, tmp_path, scope)
     assert "connect" in str(result["kind"])
     _check(result, uri)
