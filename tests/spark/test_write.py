@@ -102,9 +102,14 @@ def test_partitioned_write_writes_one_file_per_partition_value_and_honours_targe
     assert max(sizes) < 3 * small
 
 
-def test_the_driver_collects_only_file_rows_never_the_data(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("native", [True, False], ids=["spark-writer", "python-tasks"])
+def test_the_driver_collects_only_file_rows_never_the_data(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
     """Every collect/toArrow/toPandas the write path makes is recorded (the real methods still
-    run): only the one-row-per-file results come back, never a data row."""
+    run): only the one-row-per-file results of the Python tasks come back, never a data row;
+    Spark's own writer collects nothing (the driver reads the files' footers)."""
+    from tests.conftest import session_confs
+    from txnlog.spark.native import NATIVE_WRITE_CONF
+
     seen: list[tuple[str, list[str], int]] = []
     classes = {type(spark.range(1))}
     from pyspark.sql import DataFrame
@@ -124,8 +129,9 @@ def test_the_driver_collects_only_file_rows_never_the_data(spark: Any, tmp_path:
 
             monkeypatch.setattr(cls, name, spy)
     df = spark.range(0, 200_000, numPartitions=4).selectExpr("id", "cast(id % 5 as string) as k", "uuid() as u")
-    ts.write(df, str(tmp_path / "t"), partition_by=["k"])
-    assert seen, "the write path collects its file rows"
+    with session_confs(spark, {NATIVE_WRITE_CONF: str(native).lower()}):
+        ts.write(df, str(tmp_path / "t"), partition_by=["k"])
+    assert bool(seen) is not native, "only the Python tasks collect their file rows"
     for name, columns, size in seen:
         assert name == "collect" and columns == ["add", "error"], (name, columns)
         assert size <= 20  # 5 partition values; a handful of files

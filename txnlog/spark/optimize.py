@@ -53,7 +53,8 @@ def spark_executor(spark: Any) -> Any:
         partition_columns = list(snapshot.partition_columns)
         bins = len(plan.bins)
         df = df.repartition(bins, *[column(c) for c in partition_columns]) if partition_columns else df.coalesce(bins)
-        return write_files(df, ctx, target_file_size=plan.target_size, data_change=False, preserve_row_ids=plan.preserve_row_ids)
+        # Each task writes one bin, which the plan sized; ctx carries the target for the Python tasks.
+        return write_files(df, ctx, data_change=False, preserve_row_ids=plan.preserve_row_ids)
 
     return execute
 
