@@ -60,12 +60,17 @@ def _session() -> Any:
     return ts.with_delta(builder).getOrCreate()
 
 
-def _own_scan(spark: Any, fn: Any) -> Any:
-    spark.conf.set(DELTA_READER_CONF, "false")
+def _with_conf(spark: Any, key: str, value: str, fn: Any) -> Any:
+    """``fn()`` with ``key`` set to ``value`` in the session, then unset."""
+    spark.conf.set(key, value)
     try:
         return fn()
     finally:
-        spark.conf.unset(DELTA_READER_CONF)
+        spark.conf.unset(key)
+
+
+def _own_scan(spark: Any, fn: Any) -> Any:
+    return _with_conf(spark, DELTA_READER_CONF, "false", fn)
 
 
 def reads(spark: Any, rows: int, rounds: int, work: Path) -> list[list[str]]:
@@ -120,11 +125,7 @@ def _read_rows(work: str, times: dict[str, list[float]], parquet_goal: float) ->
 
 
 def _python_tasks(spark: Any, fn: Any) -> Any:
-    spark.conf.set(NATIVE_WRITE_CONF, "false")
-    try:
-        return fn()
-    finally:
-        spark.conf.unset(NATIVE_WRITE_CONF)
+    return _with_conf(spark, NATIVE_WRITE_CONF, "false", fn)
 
 
 def writes(spark: Any, rows: int, rounds: int, work: Path) -> list[list[str]]:

@@ -27,10 +27,11 @@ import txnlog
 import txnlog.spark as ts
 from tests.conftest import REPO_ROOT, session_confs
 from txnlog import properties as props
-from txnlog.errors import SchemaError, SparkJobError
+from txnlog.errors import SchemaError
 from txnlog.file_facts import physical_name
 from txnlog.maintenance import vacuum
-from txnlog.schema import delta_field_metadata
+from txnlog.schema import delta_field_metadata, generated_column, identity_column
+from txnlog.spark import SparkJobError
 from txnlog.spark.native import NATIVE_WRITE_CONF, unsupported
 
 pytestmark = pytest.mark.spark
@@ -41,14 +42,14 @@ SCHEMA = (
     "dec decimal(10,2), big decimal(38,6), day date, bin binary, flag boolean, f float, d double, arr array<int>, "
     "m map<string, int>, nan double, huge string"
 )
-CUT = "b" * 30 + "\U0010ffff" * 3 + "c" * 10  # txnlog's cut max keeps characters above U+FFFD
+CUT = "z" * 30 + "\U0010ffff" * 3 + "c" * 10  # txnlog's cut max keeps characters above U+FFFD
 
 
 def _row(k: int) -> tuple[Any, ...]:
     if k % 9 == 4:  # nulls everywhere but the id and partition
         return (k, f"p{k % 3}") + (None,) * 15
     return (
-        k, f"p{k % 3}", ["a" * 40 + str(k), CUT, f"é{k}", "z" * 33][k % 4],
+        k, f"p{k % 3}", ["a" * 40 + str(k), CUT, f"aé{k}", "z" * 33][k % 4],
         None if k % 5 == 1 else {"a": None if k % 4 == 0 else k, "b": None if k % 7 == 2 else {"c": f"c{k}", "d": -0.0 if k % 6 == 0 else k / 3}},
         dt.datetime(2021, 3, 4, 5, 6, 7, 123456 + k, tzinfo=UTC), dt.datetime(1999, 12, 31, 23, 59, 59, k),
         decimal.Decimal(f"{k - 20}.{k % 100:02d}"), decimal.Decimal(f"-{k}123456789012345678901234.{k % 1000000:06d}"),
@@ -125,7 +126,7 @@ def test_stats_from_sparks_footers_equal_txnlogs_own_column_by_column(spark: Any
         else:
             assert got == expected, key
     assert native_stats == python_stats
-    assert "nan" not in python_stats[1]["maxValues"] and python_stats[1]["maxValues"]["s"].endswith("\ufffd")
+    assert "nan" not in python_stats[1]["maxValues"] and python_stats[1]["maxValues"]["s"] == CUT[:33] + "\ufffd"
     assert _rows(spark, native) == _rows(spark, python)
 
 
@@ -158,7 +159,7 @@ def test_files_hold_physical_names_field_ids_micros_and_no_partition_column(spar
     by_name = {f.name: f.type for f in schema}
     assert by_name[config.physical_name("ts")] == pa.timestamp("us", tz="UTC")
     assert by_name[config.physical_name("ntz")] == pa.timestamp("us")
-    assert config.physical_name("p") not in by_name and set(first["partition_values"]) == {config.physical_name("p")}
+    assert config.physical_name("p") not in by_name and set(dict(first["partition_values"])) == {config.physical_name("p")}
 
 
 LAYOUTS = {
@@ -210,9 +211,11 @@ def test_every_layout_gives_the_same_table_either_way(spark: Any, tmp_path: Path
         return sorted((tuple(r) for r in ts.read(spark, uri).collect()), key=lambda r: r[0])
 
     assert rows(native) == rows(python)
-    assert len(rows(native)) == 100 - 9
-    independent = deltalake.DeltaTable(native).to_pyarrow_table().sort_by("id")
-    assert independent.column("s").to_pylist() == [r[4] for r in rows(python)]
+    expected_ids = ({i for i in range(90) if i % 10 != 2} | set(range(80, 100)))
+    assert [r[0] for r in rows(native)] == sorted(expected_ids)
+    if not ({"delta.columnMapping.mode", "delta.enableDeletionVectors"} & set(properties)):  # deltalake 1.6 reads neither
+        independent = deltalake.DeltaTable(native).to_pyarrow_table().sort_by("id")
+        assert independent.column("s").to_pylist() == [r[4] for r in rows(python)]
     if "delta.enableRowTracking" in properties:
         native_ids, python_ids = (txnlog.Table(u).snapshot().to_arrow(["id"], with_row_ids=True).sort_by("id") for u in (native, python))
         assert len(set(native_ids.column("row_id").to_pylist())) == native_ids.num_rows
@@ -239,8 +242,9 @@ def test_delta_spark_and_deltalake_read_what_the_native_path_wrote(delta_spark: 
     expected = sorted((tuple(r) for r in spark_rows.where("id % 4 != 1").collect()), key=lambda r: r[0])
     seen = delta_spark.read.format("delta").load(uri).select(*spark_rows.columns).collect()
     assert sorted((tuple(r) for r in seen), key=lambda r: r[0]) == expected
-    independent = deltalake.DeltaTable(uri).to_pyarrow_table(columns=["id", "p", "s", "dec"]).sort_by("id").to_pylist()
-    assert [(r["id"], r["p"], r["s"], r["dec"]) for r in independent] == [(r[0], r[1], r[2], r[6]) for r in expected]
+    if not properties:  # deltalake 1.6 reads neither column mapping nor deletion vectors
+        independent = deltalake.DeltaTable(uri).to_pyarrow_table(columns=["id", "p", "s", "dec"]).sort_by("id").to_pylist()
+        assert [(r["id"], r["p"], r["s"], r["dec"]) for r in independent] == [(r[0], r[1], r[2], r[6]) for r in expected]
 
 
 def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_same(spark: Any, tmp_path: Path) -> None:
@@ -251,9 +255,8 @@ def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_s
     def context(uri: str) -> txnlog.WriteContext:
         return txnlog.WriteContext.for_snapshot(txnlog.Table(uri).snapshot())
 
-    identity = pa.field("id", pa.int64(), metadata={"delta.identity.start": "1", "delta.identity.step": "1",
-                                                    "delta.identity.allowExplicitInsert": "true"})
-    generated = pa.field("g", pa.int64(), metadata={"delta.generationExpression": "id * 2"})
+    identity = identity_column("id", generated="by default")
+    generated = generated_column("g", pa.int64(), "id * 2")
     for name, schema in {"identity": pa.schema([identity, ("s", pa.string())]),
                          "generated": pa.schema([("id", pa.int64()), ("s", pa.string()), generated])}.items():
         uri = str(tmp_path / name)
@@ -283,11 +286,11 @@ def test_nulls_in_a_not_null_column_are_refused_and_nothing_is_left(spark: Any, 
     bad = spark.createDataFrame([(1, "a"), (None, "b")], "id long, s string")
     with pytest.raises(SchemaError) as native:
         ts.write(bad, uri)
+    assert [p for p in Path(uri).rglob("*") if p.is_file() and "_delta_log" not in p.parts] == []  # the job's files deleted
     with python_tasks(spark), pytest.raises(SchemaError) as python:
         ts.write(bad, uri)
     assert (str(native.value), native.value.field) == (str(python.value), python.value.field) == (str(native.value), "id")
     assert txnlog.Table(uri).latest_version() == 0
-    assert [p for p in Path(uri).rglob("*") if p.is_file() and "_delta_log" not in p.parts] == []
 
 
 def test_an_empty_write_leaves_no_file(spark: Any, tmp_path: Path) -> None:

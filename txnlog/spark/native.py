@@ -174,7 +174,10 @@ def write_native(
     mapped = config.is_column_mapped
     logical = {f.name: f for f in spark_schema_of(spec.schema_string).fields}
     supplied = {table_column.name: column(name) for name, table_column in zip(df.columns, spec.supplied(df.columns)) if table_column is not None}
-    values = conformed(spec, RowKind.INSERT, supplied, types={n: f.dataType for n, f in logical.items()})
+    # Rows of a rewrite that changes no data (a compaction) are copies: nothing is filled or refused.
+    kind = RowKind.INSERT if data_change else RowKind.COPY
+    previous = (F.lit(None), F.lit(None)) if kind is RowKind.COPY else None  # the ids are written below, as given
+    values = conformed(spec, kind, supplied, previous=previous, types={n: f.dataType for n, f in logical.items()})
     values.pop(ROW_ID, None)
     values.pop(ROW_COMMIT_VERSION, None)
     select: list[Column] = []
@@ -212,15 +215,15 @@ def write_native(
         with session_confs(spark, _WRITE_CONFS):
             writer.parquet(target)
     except SPARK_FAILURES as e:
+        _delete_directory(store, directory)  # what Spark's abort left (a killed job's files wait for vacuum)
         raise job_error(e, job) from e
     results = dict(observation.get) if observation is not None else {}
     counts = {what: int(results.get(f"check{i}") or 0) for i, (what, _) in enumerate(checks)}
     try:
-        for what, count in counts.items():
-            kind, name = what
-            if kind == "null" and count:
+        for (check, name), count in counts.items():
+            if check == "null" and count:
                 raise SchemaError(f"non-nullable column '{name}' has {count} null values", field=name)
-        nan_free = not any(count for (kind, _), count in counts.items() if kind == "nan")
+        nan_free = not any(count for (check, _), count in counts.items() if check == "nan")
         return _added_files(store, directory, ctx, data_change=data_change, nan_free=nan_free)
     except BaseException:
         _delete_directory(store, directory)
