@@ -51,7 +51,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: ``"false"`` in the session sends every write through the Python tasks.
+#: ``"false"`` in the session sends every write through the Python tasks; ``"true"`` writes
+#: tables outside the local file system natively too (Spark's Hadoop must reach the store);
+#: unset (``"auto"``): local tables natively.
 NATIVE_WRITE_CONF = "spark.txnlog.write.native"
 
 # Session confs for the write (the Parquet writer reads them from the session, not the options).
@@ -75,11 +77,17 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, require:
     and invariants, replaceWhere's row check, NOT NULL inside structs, partition columns other
     than strings, integers, booleans and dates, casts other than exact widenings, files cut at
     an explicit ``target_file_size`` (Spark writes one file per task and partition, as
-    delta-spark does), tables in ``memory://``."""
-    if (df.sparkSession.conf.get(NATIVE_WRITE_CONF, "true") or "true").lower() == "false":
+    delta-spark does), tables in ``memory://``, and tables outside the local file system unless
+    :data:`NATIVE_WRITE_CONF` is ``true``."""
+    setting = (df.sparkSession.conf.get(NATIVE_WRITE_CONF, "auto") or "auto").lower()
+    if setting == "false":
         return f"{NATIVE_WRITE_CONF}=false"
     if ctx.table_uri.startswith("memory://"):
         return "a memory:// table"
+    if setting != "true" and not ctx.table_uri.startswith("file:"):
+        # The Python tasks reach an object store with the write's storage options; Spark's writer
+        # needs the session's own Hadoop file system and credentials for it, so it is opted into.
+        return f"a table outside the local file system (set {NATIVE_WRITE_CONF}=true when Spark's Hadoop reaches it)"
     if require is not None:
         return "replaceWhere's check of every written row"
     if target_file_size is not None:
