@@ -33,7 +33,7 @@ from txnlog import AddFile, WriteContext
 from txnlog import properties as props
 from txnlog.errors import SchemaError, TxnLogError
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
-from txnlog.spark.common import SPARK_FAILURES, column, hadoop_table_path, job_error, session_confs, spark_schema_of
+from txnlog.spark.common import SPARK_FAILURES, SparkJobError, column, hadoop_table_path, job_error, session_confs, spark_schema_of
 from txnlog.spark.conform import conformed, spark_types
 from txnlog.write import (
     Fill,
@@ -225,17 +225,32 @@ def write_native(
     except SPARK_FAILURES as e:
         _delete_directory(store, directory)  # what Spark's abort left (a killed job's files wait for vacuum)
         raise job_error(e, job) from e
-    results = dict(observation.get) if observation is not None else {}
-    counts = {what: int(results.get(f"check{i}") or 0) for i, (what, _) in enumerate(checks)}
     try:
+        results = _observed(observation)
+        counts = {what: int(results.get(f"check{i}") or 0) for i, (what, _) in enumerate(checks)} if results is not None else {}
         for (check, name), count in counts.items():
             if check == "null" and count:
                 raise SchemaError(f"non-nullable column '{name}' has {count} null values", field=name)
-        nan_free = not any(count for (check, _), count in counts.items() if check == "nan")
-        return _added_files(store, directory, ctx, data_change=data_change, nan_free=nan_free)
+        nan_free = results is not None and not any(count for (check, _), count in counts.items() if check == "nan")
+        added = _added_files(store, directory, ctx, data_change=data_change, nan_free=nan_free)
+        if results is None and added:
+            raise SparkJobError(f"{job}: Spark reported no counts of the written rows (NOT NULL, NaN) although it wrote "
+                                f"{len(added)} file(s); nothing is committed")
+        return added
     except BaseException:
         _delete_directory(store, directory)
         raise
+
+
+def _observed(observation: Observation | None) -> dict[str, Any] | None:
+    """The observation's counts (empty without one); None when Spark has none, as for a plan
+    it optimized to no rows at all (``df.limit(0)``), where nothing was counted."""
+    if observation is None:
+        return {}
+    try:
+        return dict(observation.get)
+    except SPARK_FAILURES:
+        return None
 
 
 def _table_name(spec: Any, name: str) -> str:
