@@ -9,7 +9,8 @@ Tables: 5 columns (long, int, double, string, timestamp) in 100 files. Reads:
 and without it (``spark.txnlog.read.deltaReader=false``, txnlog's own scan), against
 ``spark.read.parquet`` of a plain copy of the rows and ``spark.read.format("delta")`` of the same
 table: a full scan (every column aggregated), one column, a filter selecting 1 file of 100; then
-a table with 10% of its rows deleted by vectors. Writes: ``txnlog.spark.write`` against
+a table with 10% of its rows deleted by vectors. Writes: ``txnlog.spark.write`` (Spark's own
+Parquet writer, and txnlog's Python tasks with ``spark.txnlog.write.native=false``) against
 ``df.write.parquet`` and ``df.write.format("delta")``. Ratios are medians of paired runs.
 """
 
@@ -43,6 +44,7 @@ from bench_spark import COLUMNS  # the 5 columns of issue 8's tables
 
 import txnlog.spark as ts
 from txnlog.spark.delta import DELTA_READER_CONF
+from txnlog.spark.native import NATIVE_WRITE_CONF
 
 FULL = ["count(*)", "sum(id)", "sum(k)", "sum(v)", "max(s)", "max(ts)"]
 
@@ -58,12 +60,17 @@ def _session() -> Any:
     return ts.with_delta(builder).getOrCreate()
 
 
-def _own_scan(spark: Any, fn: Any) -> Any:
-    spark.conf.set(DELTA_READER_CONF, "false")
+def _with_conf(spark: Any, key: str, value: str, fn: Any) -> Any:
+    """``fn()`` with ``key`` set to ``value`` in the session, then unset."""
+    spark.conf.set(key, value)
     try:
         return fn()
     finally:
-        spark.conf.unset(DELTA_READER_CONF)
+        spark.conf.unset(key)
+
+
+def _own_scan(spark: Any, fn: Any) -> Any:
+    return _with_conf(spark, DELTA_READER_CONF, "false", fn)
 
 
 def reads(spark: Any, rows: int, rounds: int, work: Path) -> list[list[str]]:
@@ -117,21 +124,40 @@ def _read_rows(work: str, times: dict[str, list[float]], parquet_goal: float) ->
     return out
 
 
+def _python_tasks(spark: Any, fn: Any) -> Any:
+    return _with_conf(spark, NATIVE_WRITE_CONF, "false", fn)
+
+
 def writes(spark: Any, rows: int, rounds: int, work: Path) -> list[list[str]]:
+    """``txnlog.spark.write`` with Spark's Parquet writer (the default) and with txnlog's Python
+    tasks, against ``df.write.parquet`` and delta-spark's ``format("delta")``, of one cached
+    DataFrame of 2 partitions; every table is checked to hold the rows."""
     df = spark.range(0, rows, 1, 2).selectExpr(*COLUMNS).cache()
     df.count()
     fresh = fresh_paths(work, "w")
     runners = {
-        "txnlog": lambda: ts.write(df, fresh("txnlog")),
+        "txnlog (native)": lambda: ts.write(df, fresh("native")),
+        "txnlog (python tasks)": lambda: _python_tasks(spark, lambda: ts.write(df, fresh("python"))),
         "parquet": lambda: df.write.parquet(fresh("parquet")),
         "delta": lambda: df.write.format("delta").save(fresh("delta")),
     }
     times, _ = interleaved(runners, rounds)
     df.unpersist()
-    vs_parquet = paired_ratio(times["txnlog"], times["parquet"])
-    vs_delta = paired_ratio(times["txnlog"], times["delta"])
-    return [[f"write {rows:,} rows: txnlog.spark.write", ms(median(times["txnlog"])), ms(median(times["parquet"])), ms(median(times["delta"])),
-             f"{ratio(vs_parquet)} ({verdict(vs_parquet, 1.1)})", f"{ratio(vs_delta)} ({verdict(vs_delta, 1.0)})"]]
+    written = sorted(work.glob("native-w-*"))[-1]
+    assert ts.read(spark, str(written)).count() == rows and all(f.startswith("job-") for f in _paths(str(written)))
+    out = []
+    for contender in ("txnlog (native)", "txnlog (python tasks)"):
+        vs_parquet = paired_ratio(times[contender], times["parquet"])
+        vs_delta = paired_ratio(times[contender], times["delta"])
+        out.append([f"write {rows:,} rows: {contender}", ms(median(times[contender])), ms(median(times["parquet"])),
+                    ms(median(times["delta"])), f"{ratio(vs_parquet)} ({verdict(vs_parquet, 1.1)})", f"{ratio(vs_delta)} ({verdict(vs_delta, 1.0)})"])
+    return out
+
+
+def _paths(uri: str) -> list[str]:
+    import txnlog
+
+    return list(txnlog.Table(uri).snapshot().files().column("path").to_pylist())
 
 
 def main() -> None:
@@ -139,6 +165,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-writes", action="store_true")
+    parser.add_argument("--skip-reads", action="store_true")
     args = parser.parse_args()
     setup_logging()
     spark = _session()
@@ -147,7 +174,7 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     load_before = os.getloadavg()[0]
-    rows = reads(spark, args.rows, args.rounds, work)
+    rows = [] if args.skip_reads else reads(spark, args.rows, args.rounds, work)
     if not args.skip_writes:
         rows += writes(spark, args.rows, args.rounds, work)
     print(machine_line())

@@ -31,18 +31,13 @@ def _conformance_root() -> Path | None:
 
 @contextmanager
 def session_confs(spark: Any, values: Mapping[str, str]) -> Iterator[None]:
-    """Set Spark session confs for a block, then restore each (unset where it was unset)."""
-    before = {k: spark.conf.get(k, None) for k in values}
-    for k, v in values.items():
-        spark.conf.set(k, v)
-    try:
+    """Set Spark session confs for a block, then restore each (unset where it was unset):
+    txnlog's own helper, imported only by the tests that use Spark."""
+    from txnlog.spark.common import session_confs as confs
+
+    with confs(spark, values):
         yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+
 
 @pytest.fixture(scope="session")
 def conformance_dir() -> Path:

@@ -142,3 +142,27 @@ def test_an_unknown_rule_is_refused(table_path: Path) -> None:
     table = build(table_path, 1)
     with pytest.raises(InvalidArgumentError, match="'versions', 'delta'"):
         vacuum(table, rule="spark")
+
+
+def test_an_engine_jobs_staged_files_are_orphans_other_hidden_files_are_not(table_path: Path) -> None:
+    """Spark's output committer stages a job's files in ``_temporary/`` below the job directory
+    txnlog's native writer gives it: a killed job's files there are vacuumed like any orphan; a
+    ``_temporary/`` anywhere else (not txnlog's) stays hidden."""
+    table = build(table_path, 1)
+    root = table.uri.removeprefix("file://")
+    job = "job-" + "0123456789abcdef" * 2
+    staged = [f"{job}/_temporary/0/_temporary/attempt_1/part-00000.snappy.parquet",
+              f"{job}/_temporary/0/task_1/p=a/part-00001.snappy.parquet", f"{job}/part-00002.snappy.parquet"]
+    hidden = ["_temporary/0/part-00003.parquet", "job-not-hex/_temporary/part-00004.parquet", f"{job}/_other/part-00005.parquet"]
+    month_ago = time.time() - 30 * 86_400
+    for name in staged + hidden:
+        os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        with open(os.path.join(root, name), "wb") as f:
+            f.write(b"x")
+        os.utime(os.path.join(root, name), (month_ago, month_ago))
+    decisions = {d.path: d for d in vacuum(table, dry_run=True).decisions}
+    assert {p for p in staged} <= set(decisions) and all(decisions[p].reason == "unreferenced" for p in staged)
+    assert not set(hidden) & set(decisions)
+    vacuum(table)
+    assert {p for p in staged if os.path.exists(os.path.join(root, p))} == set()
+    assert all(os.path.exists(os.path.join(root, p)) for p in hidden)

@@ -110,7 +110,7 @@ def test_a_log_entry_leaving_the_table_root_is_refused_before_delta_spark_sees_i
     uri = tmp_path / "t"
     ts.write(spark.range(5), str(uri))
     outside = tmp_path / "outside.parquet"
-    data = next(uri.glob("*.parquet"))
+    data = next(p for p in uri.rglob("*.parquet") if "_delta_log" not in p.parts)
     shutil.copy(data, outside)
     log = uri / "_delta_log" / "00000000000000000001.json"
     add = {"add": {"path": str(outside), "partitionValues": {}, "size": outside.stat().st_size, "modificationTime": 0, "dataChange": True}}

@@ -102,9 +102,14 @@ def test_partitioned_write_writes_one_file_per_partition_value_and_honours_targe
     assert max(sizes) < 3 * small
 
 
-def test_the_driver_collects_only_file_rows_never_the_data(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("native", [True, False], ids=["spark-writer", "python-tasks"])
+def test_the_driver_collects_only_file_rows_never_the_data(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
     """Every collect/toArrow/toPandas the write path makes is recorded (the real methods still
-    run): only the one-row-per-file results come back, never a data row."""
+    run): only the one-row-per-file results of the Python tasks come back, never a data row;
+    Spark's own writer collects nothing (the driver reads the files' footers)."""
+    from tests.conftest import session_confs
+    from txnlog.spark.native import NATIVE_WRITE_CONF
+
     seen: list[tuple[str, list[str], int]] = []
     classes = {type(spark.range(1))}
     from pyspark.sql import DataFrame
@@ -124,8 +129,9 @@ def test_the_driver_collects_only_file_rows_never_the_data(spark: Any, tmp_path:
 
             monkeypatch.setattr(cls, name, spy)
     df = spark.range(0, 200_000, numPartitions=4).selectExpr("id", "cast(id % 5 as string) as k", "uuid() as u")
-    ts.write(df, str(tmp_path / "t"), partition_by=["k"])
-    assert seen, "the write path collects its file rows"
+    with session_confs(spark, {NATIVE_WRITE_CONF: str(native).lower()}):
+        ts.write(df, str(tmp_path / "t"), partition_by=["k"])
+    assert bool(seen) is not native, "only the Python tasks collect their file rows"
     for name, columns, size in seen:
         assert name == "collect" and columns == ["add", "error"], (name, columns)
         assert size <= 20  # 5 partition values; a handful of files
@@ -274,7 +280,8 @@ def test_column_names_with_dots_spaces_and_backticks_round_trip_through_deltalak
     assert ts.write(spark.createDataFrame(_odd_rows(0, 6), ODD_NAMES), partitioned, partition_by=["a.b"]) == 0
     # An append is repartitioned by the table's partition column "a.b".
     assert ts.write(spark.createDataFrame(_odd_rows(6, 6), ODD_NAMES), partitioned) == 1
-    assert sorted(p.name for p in (tmp_path / "partitioned").iterdir() if p.name != "_delta_log") == ["a.b=0", "a.b=1"]
+    # Partition directories (below each write's job directory, for Spark's own writer).
+    assert sorted({p.name for p in (tmp_path / "partitioned").rglob("*") if p.is_dir() and "=" in p.name}) == ["a.b=0", "a.b=1"]
     for uri, n in ((plain, 6), (partitioned, 12)):
         expected = _odd_rows(0, n)
         seen = deltalake.DeltaTable(uri).to_pyarrow_table()

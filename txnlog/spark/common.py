@@ -8,9 +8,11 @@ Connect); nothing here touches the JVM or ``sparkContext``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import pickle
 import re
 import sys
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -121,15 +123,24 @@ def read_parquet_files(spark: SparkSession, schema: StructType, uris: list[str])
     local = all(u.startswith("file:") or "://" not in u for u in uris)
     if not local or len(paths) > _DRIVER_LISTED_LOCAL_FILES:
         return spark.read.schema(schema).parquet(*paths)
-    before = spark.conf.get(LISTING_THRESHOLD_CONF, None)
-    spark.conf.set(LISTING_THRESHOLD_CONF, str(max(len(paths), 32)))
-    try:
+    with session_confs(spark, {LISTING_THRESHOLD_CONF: str(max(len(paths), 32))}):
         return spark.read.schema(schema).parquet(*paths)
+
+
+@contextlib.contextmanager
+def session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
+    """``confs`` set in the session for the block, each restored (or unset) after it."""
+    before = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
     finally:
-        if before is None:
-            spark.conf.unset(LISTING_THRESHOLD_CONF)
-        else:
-            spark.conf.set(LISTING_THRESHOLD_CONF, before)
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 def path_key(uri: str) -> str:
@@ -237,6 +248,7 @@ __all__ = [
     "read_parquet_files",
     "quote_column",
     "require_dataframe",
+    "session_confs",
     "spark_path_key",
     "spark_schema_of",
 ]

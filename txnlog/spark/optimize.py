@@ -56,8 +56,12 @@ def spark_executor(spark: Any) -> Any:
         df = df.repartition(bins, *[column(c) for c in partition_columns]) if partition_columns else df.coalesce(bins)
         if plan.curve is not None:
             # Each task sorts its rows (its bin: a whole partition) along the plan's curve, in memory.
+            # An explicit target size keeps the write on the Python tasks, which keep that order
+            # (Spark's writer sorts a task's rows by the partition columns again).
             df = df.mapInArrow(functools.partial(curve_sorted_batches, columns=plan.curve_columns, curve=plan.curve), df.schema)
-        return write_files(df, ctx, target_file_size=plan.target_size, data_change=False, preserve_row_ids=plan.preserve_row_ids)
+            return write_files(df, ctx, target_file_size=plan.target_size, data_change=False, preserve_row_ids=plan.preserve_row_ids)
+        # Each task writes one bin, which the plan sized; ctx carries the target for the Python tasks.
+        return write_files(df, ctx, data_change=False, preserve_row_ids=plan.preserve_row_ids)
 
     return execute
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -28,12 +29,14 @@ from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError
 from txnlog.log import AddCDCFile, decode_action, encode_action
 from txnlog.read import CHANGE_TYPE, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, arrow_schema_of_struct, decode_error, encode_error, job_error, require_dataframe
+from txnlog.spark.native import unsupported, write_native
 from txnlog.write import Fill, IdentityAllocator, write_change_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 A = TypeVar("A", AddFile, AddCDCFile)
+logger = logging.getLogger(__name__)
 
 # One row per written file, or one row carrying a txnlog error raised in the task.
 _RESULT_DDL = "add string, error string"
@@ -121,6 +124,10 @@ def write_files(
             raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
         ctx = dataclasses.replace(ctx, target_file_size=int(target_file_size))
     check_schema(df, ctx, extra=(ROW_ID, ROW_COMMIT_VERSION) if preserve_row_ids else ())
+    fallback = unsupported(df, ctx, data_change=data_change, require=require, target_file_size=target_file_size)
+    if fallback is None:
+        return write_native(df, ctx, partition_by=partition_by, data_change=data_change, preserve_row_ids=preserve_row_ids)
+    logger.debug("data files of table %s written by Python tasks: %s", ctx.table_uri, fallback)
     if data_change and any(c.identity is not None for c in ctx.conform_spec.columns):
         # Identity values: a region of indexes reserved here, split among the tasks by partition index.
         ctx = dataclasses.replace(ctx, identity=(ctx.identity or IdentityAllocator()).for_tasks())

@@ -67,7 +67,8 @@ def write(
     if txn is None:
         return None
     with txn:
-        adds = write_files(df, plan.context, require=replace_where)
+        # An explicit target size is passed on: files are then cut at it (by the Python tasks).
+        adds = write_files(df, plan.context, require=replace_where, target_file_size=target_file_size)
         result = stage_write(txn, plan, adds, SparkRemoval(df.sparkSession, txn, plan.context))
         if result is None:
             return None

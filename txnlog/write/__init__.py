@@ -8,11 +8,21 @@ from txnlog.write.changes import CHANGE_DATA_DIR, write_change_files
 from txnlog.write.conform import ColumnSpec, ConformSpec, Fill, IdentityAllocator, RowKind
 from txnlog.write.context import WriteContext, WrittenFiles
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows, union_rows, write_deletion_vectors
-from txnlog.write.parquet import ArrowData, arrow_schema_of, as_reader, write_data_files
-from txnlog.write.stats import StatsCollector, file_stats
+from txnlog.write.parquet import (
+    OUTPUT_DIRECTORY,
+    ArrowData,
+    arrow_schema_of,
+    as_reader,
+    encode_log_path,
+    output_directory,
+    write_data_files,
+    written_partition_values,
+)
+from txnlog.write.stats import StatsCollector, file_stats, parquet_file_stats
 
 __all__ = [
     "CHANGE_DATA_DIR",
+    "OUTPUT_DIRECTORY",
     "ArrowData",
     "ColumnSpec",
     "ConformSpec",
@@ -26,9 +36,13 @@ __all__ = [
     "arrow_schema_of",
     "as_reader",
     "delete_rows",
+    "encode_log_path",
     "file_stats",
+    "output_directory",
+    "parquet_file_stats",
     "union_rows",
     "write_change_files",
     "write_data_files",
     "write_deletion_vectors",
+    "written_partition_values",
 ]

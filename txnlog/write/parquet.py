@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import re
 import string
 import threading
 import time
@@ -44,7 +45,13 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from txnlog.errors import InvalidArgumentTypeError, SchemaError, StorageError, TxnLogError
-from txnlog.file_facts import partition_fields, partition_value_texts, physical_schema
+from txnlog.file_facts import (
+    HIVE_DEFAULT_PARTITION,
+    parse_partition_column,
+    partition_fields,
+    partition_value_texts,
+    physical_schema,
+)
 from txnlog.log.actions import AddFile
 from txnlog.storage.base import LogStore
 from txnlog.table_configuration import TableConfiguration
@@ -550,6 +557,52 @@ def escape_path_name(text: str) -> str:
     if not any(ch in _HIVE_ESCAPE for ch in text):
         return text
     return "".join(f"%{ord(ch):02X}" if ch in _HIVE_ESCAPE else ch for ch in text)
+
+
+def unescape_path_name(text: str) -> str:
+    """The text :func:`escape_path_name` escaped (Spark's ``unescapePathName``)."""
+    return _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), text) if "%" in text else text
+
+
+_ESCAPED = re.compile(r"%([0-9A-Fa-f]{2})")
+
+#: The directory (below the table root) one job of an engine's own Parquet writer writes its
+#: files into: ``job-`` and 32 hex digits. The files stay there once committed; while the job
+#: runs, its output committer stages them in ``_temporary/`` below it, which vacuum therefore
+#: treats as an interrupted write's files, not as a hidden directory.
+OUTPUT_DIRECTORY = re.compile(r"^job-[0-9a-f]{32}$")
+
+
+def output_directory() -> str:
+    """A new :data:`OUTPUT_DIRECTORY` name."""
+    return f"job-{uuid.uuid4().hex}"
+
+
+def written_partition_values(directories: Sequence[str], table_configuration: TableConfiguration, where: str) -> dict[str, str | None]:
+    """The ``partitionValues`` of a file another writer placed in Hive-style directories
+    (``key=text``, escaped as :func:`escape_path_name` does, ``key`` the partitionValues key),
+    as txnlog serializes them: each text parsed as its column's type and written again.
+    SchemaError naming ``where`` for a directory that is no partition column's or whose value
+    does not parse."""
+    fields = dict(table_configuration.partition_keys())
+    out: dict[str, str | None] = {}
+    for directory in directories:
+        key, sep, text = directory.partition("=")
+        key, text = unescape_path_name(key), unescape_path_name(text)
+        field = fields.get(key)
+        if not sep or field is None:
+            raise SchemaError(f"{where}: directory {directory!r} names no partition column of the table", field=key)
+        if text == HIVE_DEFAULT_PARTITION:
+            out[key] = None
+            continue
+        values, bad = parse_partition_column(pa.array([text], pa.string()), field.type)
+        if bad[0].as_py():
+            raise SchemaError(f"{where}: partition value {text!r} of column '{field.name}' is not a {field.type}", field=field.name)
+        out[key] = partition_value_texts(values)[0][0]
+    missing = set(fields) - set(out)
+    if missing:
+        raise SchemaError(f"{where}: no directory gives partition column(s) {sorted(missing)}", field=sorted(missing)[0])
+    return out
 
 
 def encode_log_path(path: str) -> str:

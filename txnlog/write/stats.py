@@ -28,12 +28,14 @@ Rules (Delta PROTOCOL.md "Per-file Statistics", and what delta-spark's Statistic
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from txnlog.file_facts import ColumnPath, encode_stats, leaf_paths, physical_path
 
@@ -112,9 +114,11 @@ class _Leaf:
         elif pa.types.is_string_view(t):
             values = values.cast(pa.large_string())
         result = pc.min_max(values)
-        self.widen(result["min"].as_py(), result["max"].as_py())
+        self.add_bounds(result["min"].as_py(), result["max"].as_py())
 
-    def widen(self, low: Any, high: Any) -> None:
+    def add_bounds(self, low: Any, high: Any) -> None:
+        """Widen the running bounds by (``low``, ``high``), given as :meth:`update` keeps them:
+        ints, floats, ``Decimal``, days for dates, ticks of the column's unit for timestamps, str."""
         self.low = low if self.low is None else min(self.low, low)
         self.high = high if self.high is None else max(self.high, high)
 
@@ -126,8 +130,8 @@ class _Leaf:
             return None, None
         if self.kind == "int":
             return self.low, self.high
-        if self.kind == "float":
-            return (self.low if math.isfinite(self.low) else None, self.high if math.isfinite(self.high) else None)
+        if self.kind == "float":  # + 0.0: -0.0 and 0.0 are one bound (Parquet footers write a zero min as -0.0)
+            return (self.low + 0.0 if math.isfinite(self.low) else None, self.high + 0.0 if math.isfinite(self.high) else None)
         if self.kind == "decimal":
             return self.low, self.high  # Decimals: encode_stats writes them as exact JSON numbers
         if self.kind == "date":
@@ -246,7 +250,7 @@ class StatsCollector:
         leaf = 0
         for name, field in zip(file_columns, file_schema):
             first_leaf[name] = leaf
-            leaf += _parquet_leaves(field.type)
+            leaf += _leaf_count(field.type)
         for entry, indices in zip(self._leaves, self._indices):
             if entry.kind != "string" or indices is None or len(indices) != 1 or entry.type is None:
                 continue
@@ -265,7 +269,7 @@ class StatsCollector:
             for group in range(metadata.num_row_groups):
                 statistics = metadata.row_group(group).column(entry.parquet_leaf).statistics
                 if statistics is not None and statistics.has_min_max:
-                    entry.widen(statistics.min, statistics.max)
+                    entry.add_bounds(statistics.min, statistics.max)
 
     def update(self, data: pa.Table | pa.RecordBatch) -> None:
         self.num_records += data.num_rows
@@ -304,16 +308,16 @@ class StatsCollector:
         return encode_stats(self.to_dict())
 
 
-def _parquet_leaves(t: pa.DataType) -> int:
+def _leaf_count(t: pa.DataType) -> int:
     """How many Parquet leaf columns a column of Arrow type ``t`` is stored as."""
     if pa.types.is_struct(t):
-        return sum(_parquet_leaves(f.type) for f in t)
+        return sum(_leaf_count(f.type) for f in t)
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-        return _parquet_leaves(t.value_type)
+        return _leaf_count(t.value_type)
     if pa.types.is_map(t):
-        return _parquet_leaves(t.key_type) + _parquet_leaves(t.item_type)
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
     if pa.types.is_dictionary(t):
-        return _parquet_leaves(t.value_type)
+        return _leaf_count(t.value_type)
     return 1
 
 
@@ -328,3 +332,114 @@ def file_stats(data: pa.Table | pa.RecordBatch, columns: list[ColumnPath], *, ma
     collector = StatsCollector(data.schema, columns, mapped=mapped)
     collector.update(data)
     return collector.to_json()
+
+
+# --- from a Parquet footer ---------------------------------------------------------------------
+
+# Wide enough for any decimal's unscaled digits (Delta decimals have at most 38).
+_DECIMAL_CONTEXT = decimal.Context(prec=80)
+
+
+def parquet_file_stats(file: pq.ParquetFile, schema: pa.Schema, columns: Sequence[ColumnPath], *, mapped: bool = False,
+                       nan_free: bool = False) -> str:
+    """The stats JSON of a data file another writer (Spark's) wrote in the table's layout:
+    the JSON :func:`file_stats` gives for the file's rows, by the same rules.
+
+    ``schema`` and ``columns`` are as for :class:`StatsCollector` (the table's logical schema);
+    the file holds the physical names. Each leaf is taken from the footer where the footer is
+    exact: null counts of columns reached through structs only, and min/max of integers, dates,
+    microsecond timestamps, decimals and strings (full values, cut here as :func:`file_stats`
+    cuts them). Floats take the footer's bounds only when ``nan_free`` (the writer knows that no
+    NaN was written: a footer cannot say so). Any other leaf, or one whose footer lacks a
+    statistic (Parquet writers drop large values' bounds), is read from the file and aggregated
+    as :func:`file_stats` aggregates it.
+    """
+    collector = StatsCollector(schema, columns, mapped=mapped)
+    metadata = file.metadata
+    collector.num_records = metadata.num_rows
+    if not metadata.num_rows:
+        return collector.to_json()
+    leaves = _parquet_leaves(file.schema_arrow)
+    unread = [leaf for leaf, indices in zip(collector._leaves, collector._indices)
+              if indices is not None and not _from_footer(leaf, metadata, leaves.get(leaf.keys), nan_free)]
+    if unread:
+        table = file.read(columns=sorted({leaf.keys[0] for leaf in unread}))
+        for leaf in unread:
+            values: Any = table.column(leaf.keys[0])
+            for name in leaf.keys[1:]:
+                values = pc.struct_field(values, [values.type.get_field_index(name)])  # a null parent makes the child null
+            leaf.update(values)
+    return collector.to_json()
+
+
+def _parquet_leaves(schema: pa.Schema) -> dict[ColumnPath, int]:
+    """Path -> Parquet column index of each leaf reached through structs only (leaves below a
+    list or map are counted, not named: their footer statistics are not a stats leaf's)."""
+    out: dict[ColumnPath, int] = {}
+    index = 0
+
+    def visit(field: pa.Field, path: ColumnPath) -> None:
+        nonlocal index
+        if pa.types.is_struct(field.type):
+            for child in field.type:
+                visit(child, (*path, child.name))
+        elif pa.types.is_nested(field.type):
+            index += _leaf_count(field.type)
+        else:
+            out[path] = index
+            index += 1
+
+    for field in schema:
+        visit(field, (field.name,))
+    return out
+
+
+def _from_footer(leaf: _Leaf, metadata: pq.FileMetaData, index: int | None, nan_free: bool) -> bool:
+    """Fill ``leaf`` from the footer's statistics of Parquet column ``index``; False (``leaf``
+    untouched) where they do not give exactly what reading the rows would."""
+    if index is None or (leaf.kind == "float" and not nan_free):
+        return False
+    nulls = 0
+    bounds: list[tuple[Any, Any]] = []
+    for group in range(metadata.num_row_groups):
+        chunk = metadata.row_group(group).column(index)
+        stats = chunk.statistics
+        if stats is None or not stats.has_null_count:
+            return False
+        nulls += stats.null_count
+        if leaf.kind is None:
+            continue
+        if stats.has_min_max:
+            low, high = _footer_value(leaf, stats, stats.min_raw), _footer_value(leaf, stats, stats.max_raw)
+            if low is None or high is None:
+                return False
+            bounds.append((low, high))
+        elif stats.null_count < chunk.num_values:
+            return False  # values without bounds
+    leaf.null_count = nulls
+    for low, high in bounds:
+        leaf.add_bounds(low, high)
+    return True
+
+
+def _footer_value(leaf: _Leaf, stats: Any, raw: Any) -> Any:
+    """A footer's raw min or max as :meth:`_Leaf.update` keeps values; None when it cannot be
+    taken as it is."""
+    kind = leaf.kind
+    if kind in ("int", "date") and isinstance(raw, int):
+        return raw
+    if kind == "float" and isinstance(raw, float):
+        return None if math.isnan(raw) else raw
+    if kind == "timestamp" and isinstance(raw, int):
+        unit = getattr(leaf.type, "unit", None)
+        written = "microseconds" if "MICROS" in str(stats.logical_type).upper() else None
+        return raw if unit == "us" and written else None
+    if kind == "decimal" and isinstance(leaf.type, pa.Decimal128Type | pa.Decimal256Type):
+        unscaled = int.from_bytes(raw, "big", signed=True) if isinstance(raw, bytes) else raw
+        return decimal.Decimal(unscaled).scaleb(-leaf.type.scale, context=_DECIMAL_CONTEXT) if isinstance(unscaled, int) else None
+    if kind == "string":
+        try:
+            return raw.decode("utf-8") if isinstance(raw, bytes) else raw if isinstance(raw, str) else None
+        except UnicodeDecodeError:
+            return None
+    return None

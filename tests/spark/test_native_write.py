@@ -1,0 +1,366 @@
+"""Spark's own Parquet writer writing txnlog's data files (issue 26): the same rows written
+through it and through txnlog's Python tasks give the same statistics, column by column, and
+the same tables on every layout; delta-spark and deltalake read what it wrote; a killed job
+leaves only files vacuum removes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import txnlog
+import txnlog.spark as ts
+from tests.conftest import REPO_ROOT, session_confs
+from txnlog import properties as props
+from txnlog.errors import SchemaError
+from txnlog.file_facts import physical_name
+from txnlog.maintenance import vacuum
+from txnlog.schema import delta_field_metadata, generated_column, identity_column
+from txnlog.spark import SparkJobError
+from txnlog.spark.native import NATIVE_WRITE_CONF, unsupported
+
+pytestmark = pytest.mark.spark
+
+UTC = dt.timezone.utc
+SCHEMA = (
+    "id long, p string, s string, st struct<a: int, b: struct<c: string, d: double>>, ts timestamp, ntz timestamp_ntz, "
+    "dec decimal(10,2), big decimal(38,6), day date, bin binary, flag boolean, f float, d double, arr array<int>, "
+    "m map<string, int>, nan double, huge string"
+)
+CUT = "z" * 30 + "\U0010ffff" * 3 + "c" * 10  # txnlog's cut max keeps characters above U+FFFD
+
+
+def _row(k: int) -> tuple[Any, ...]:
+    if k % 9 == 4:  # nulls everywhere but the id and partition
+        return (k, f"p{k % 3}") + (None,) * 15
+    return (
+        k, f"p{k % 3}", ["a" * 40 + str(k), CUT, f"aé{k}", "z" * 33][k % 4],
+        None if k % 5 == 1 else {"a": None if k % 4 == 0 else k, "b": None if k % 7 == 2 else {"c": f"c{k}", "d": -0.0 if k % 6 == 0 else k / 3}},
+        dt.datetime(2021, 3, 4, 5, 6, 7, 123456 + k, tzinfo=UTC), dt.datetime(1999, 12, 31, 23, 59, 59, k),
+        decimal.Decimal(f"{k - 20}.{k % 100:02d}"), decimal.Decimal(f"-{k}123456789012345678901234.{k % 1000000:06d}"),
+        dt.date(1969, 12, 1) + dt.timedelta(days=k * 11), bytes([k % 256]), k % 2 == 0, float(k) / 8, k / 3,
+        [k, None], {"k": k}, float("nan") if k == 10 else float(k), ("h" * 5000 + str(k)) if k % 3 == 0 else str(k),
+    )
+
+
+ROWS = [_row(k) for k in range(40)]
+
+
+@contextmanager
+def python_tasks(spark: Any) -> Iterator[None]:
+    """Every write of the block through txnlog's Python tasks (the path before issue 26)."""
+    with session_confs(spark, {NATIVE_WRITE_CONF: "false"}):
+        yield
+
+
+def _files(uri: str) -> list[dict[str, Any]]:
+    return txnlog.Table(uri).snapshot().files().select(["path", "partition_values", "stats"]).to_pylist()
+
+
+def _logical(tree: Any, fields: list[pa.Field], mapped: bool) -> Any:
+    """A stats tree keyed by physical names, keyed by logical ones."""
+    if not isinstance(tree, dict):
+        return tree
+    by_physical = {physical_name(f, mapped): f for f in fields}
+    return {by_physical[k].name: _logical(v, list(by_physical[k].type) if pa.types.is_struct(by_physical[k].type) else [], mapped)
+            for k, v in tree.items()}
+
+
+def _stats_by_file(uri: str, version: int | None = None) -> list[tuple[list[tuple[str, Any]], dict[str, Any]]]:
+    """Each file's (partition values, stats), with logical names, sorted."""
+    snapshot = txnlog.Table(uri).snapshot(version)
+    config = snapshot.table_configuration
+    mapped, fields = config.is_column_mapped, list(config.schema)
+    out = []
+    for f in snapshot.files().select(["path", "partition_values", "stats"]).to_pylist():
+        stats = json.loads(f["stats"], parse_float=decimal.Decimal)
+        out.append((sorted(_logical(dict(f["partition_values"]), fields, mapped).items()),
+                    {k: _logical(v, fields, mapped) for k, v in stats.items()}))
+    return sorted(out, key=lambda x: json.dumps(x, default=str))
+
+
+def _both(spark: Any, tmp_path: Path, write: Any) -> tuple[str, str]:
+    """``write(uri)`` once natively and once through the Python tasks; the two table URIs."""
+    native, python = str(tmp_path / "native"), str(tmp_path / "python")
+    write(native)
+    with python_tasks(spark):
+        write(python)
+    assert all(f["path"].startswith("job-") for f in _files(native)), "the native path wrote the files"
+    assert not any(f["path"].startswith("job-") for f in _files(python))
+    return native, python
+
+
+def _rows(spark: Any, uri: str) -> list[Any]:
+    return sorted((tuple(r) for r in ts.read(spark, uri).drop("nan").collect()), key=lambda r: r[0])
+
+
+def test_stats_from_sparks_footers_equal_txnlogs_own_column_by_column(spark: Any, tmp_path: Path) -> None:
+    """Nulls, strings past the 32-character cut (and past the 4 KiB footers keep), nested
+    structs with null parents and children, timestamps with microseconds, decimals stored as
+    longs and as bytes, dates before 1970, binary and booleans (null counts only), lists and
+    maps, -0.0 and a NaN: one file each way, the same stats JSON."""
+    df = spark.createDataFrame(ROWS, SCHEMA).coalesce(1)
+    native, python = _both(spark, tmp_path, lambda uri: ts.write(df, uri))
+    (native_stats,), (python_stats,) = _stats_by_file(native), _stats_by_file(python)
+    for key in ("numRecords", "minValues", "maxValues", "nullCount"):
+        got, expected = native_stats[1].get(key), python_stats[1].get(key)
+        if isinstance(expected, dict):
+            assert set(got) == set(expected), key
+            for column in expected:
+                assert got[column] == expected[column], (key, column)
+        else:
+            assert got == expected, key
+    assert native_stats == python_stats
+    assert "nan" not in python_stats[1]["maxValues"] and python_stats[1]["maxValues"]["s"] == CUT[:33] + "\ufffd"
+    assert _rows(spark, native) == _rows(spark, python)
+
+
+def test_files_hold_physical_names_field_ids_micros_and_no_partition_column(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    df = spark.createDataFrame(ROWS, SCHEMA).select("id", "p", "st", "ts", "ntz")
+    ts.write(df, uri, partition_by=["p"], properties={"delta.columnMapping.mode": "id"})
+    config = txnlog.Table(uri).snapshot().table_configuration
+    (first, *_) = _files(uri)
+    assert first["path"].startswith("job-")
+    schema = pq.read_schema(os.path.join(uri, first["path"]))
+
+    def ids(fields: list[pa.Field]) -> list[tuple[str, int]]:
+        out = []
+        for f in fields:
+            out.append((physical_name(f, True), int(delta_field_metadata(f)[props.COLUMN_MAPPING_ID_KEY])))
+            if pa.types.is_struct(f.type):
+                out += ids(list(f.type))
+        return out
+
+    def written(fields: list[pa.Field]) -> list[tuple[str, int]]:
+        out = []
+        for f in fields:
+            out.append((f.name, int(f.metadata[b"PARQUET:field_id"])))
+            if pa.types.is_struct(f.type):
+                out += written(list(f.type))
+        return out
+
+    assert written(list(schema)) == ids([f for f in config.schema if f.name != "p"])
+    by_name = {f.name: f.type for f in schema}
+    assert by_name[config.physical_name("ts")] == pa.timestamp("us", tz="UTC")
+    assert by_name[config.physical_name("ntz")] == pa.timestamp("us")
+    assert config.physical_name("p") not in by_name and set(dict(first["partition_values"])) == {config.physical_name("p")}
+
+
+LAYOUTS = {
+    "partitioned": ({}, ["p"]),
+    "partitioned by a date and an int": ({}, ["day", "k"]),
+    "column mapping name": ({"delta.columnMapping.mode": "name"}, ["p"]),
+    "column mapping id": ({"delta.columnMapping.mode": "id"}, []),
+    "deletion vectors": ({"delta.enableDeletionVectors": "true"}, []),
+    "row tracking": ({"delta.enableRowTracking": "true"}, []),
+    "change data feed": ({"delta.enableChangeDataFeed": "true"}, ["p"]),
+}
+SIMPLE = "id long, p string, k int, day date, s string, st struct<a: int, b: string>, v double"
+
+
+def _simple(spark: Any, start: int, n: int) -> Any:
+    return spark.range(start, start + n, 1, 2).selectExpr(
+        "id", "concat('p', id % 3) as p", "cast(id % 4 as int) as k", "date_add(date'2020-01-01', cast(id % 2 as int)) as day",
+        "repeat(cast(id as string), 20) as s", "if(id % 5 = 0, null, named_struct('a', cast(id as int), 'b', cast(id as string))) as st",
+        "id / 7 as v")
+
+
+def _history(spark: Any, uri: str, properties: dict[str, str], partition_by: list[str]) -> None:
+    """Create, append, UPDATE, DELETE, MERGE, each in Spark (not on the driver): every rewrite
+    goes through the same writer."""
+    from txnlog.spark.driver import DRIVER_SCAN_CELLS_CONF
+
+    first = _simple(spark, 0, 60)
+    ts.write(first if partition_by else first.coalesce(1), uri, partition_by=partition_by, properties=properties)
+    ts.write(_simple(spark, 60, 30), uri)
+    with session_confs(spark, {DRIVER_SCAN_CELLS_CONF: "0"}):
+        with ts.transaction(spark, uri) as tx:
+            tx.update("id % 10 = 1", {"s": "upper(s)", "v": "v + 1"})
+        with ts.transaction(spark, uri) as tx:
+            tx.delete("id % 10 = 2")
+        source = _simple(spark, 80, 20).selectExpr("id", "p", "k", "day", "'merged' as s", "st", "v")
+        ts.merge(spark, uri, source, on="id", when_matched_update="*", when_not_matched_insert="*")
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_every_layout_gives_the_same_table_either_way(spark: Any, tmp_path: Path, layout: str) -> None:
+    """The same history natively and through the Python tasks: the same files' stats at
+    version 0, the same rows, row ids kept alike, the same change feed; deltalake reads it."""
+    properties, partition_by = LAYOUTS[layout]
+    deltalake = pytest.importorskip("deltalake")
+    native, python = _both(spark, tmp_path, lambda uri: _history(spark, uri, properties, partition_by))
+    assert _stats_by_file(native, 0) == _stats_by_file(python, 0)  # the same rows in the same files
+
+    def rows(uri: str) -> list[Any]:
+        return sorted((tuple(r) for r in ts.read(spark, uri).collect()), key=lambda r: r[0])
+
+    assert rows(native) == rows(python)
+    expected_ids = ({i for i in range(90) if i % 10 != 2} | set(range(80, 100)))
+    assert [r[0] for r in rows(native)] == sorted(expected_ids)
+    if not ({"delta.columnMapping.mode", "delta.enableDeletionVectors"} & set(properties)):  # deltalake 1.6 reads neither
+        independent = deltalake.DeltaTable(native).to_pyarrow_table().sort_by("id")
+        assert independent.column("s").to_pylist() == [r[4] for r in rows(python)]
+    if "delta.enableRowTracking" in properties:
+        native_ids, python_ids = (txnlog.Table(u).snapshot().to_arrow(["id"], with_row_ids=True).sort_by("id") for u in (native, python))
+        assert len(set(native_ids.column("row_id").to_pylist())) == native_ids.num_rows
+        # The same rows kept their commit versions (ids are numbered per file, in file order).
+        assert native_ids.column("row_commit_version").to_pylist() == python_ids.column("row_commit_version").to_pylist()
+    if "delta.enableChangeDataFeed" in properties:
+
+        def changes(uri: str) -> list[Any]:
+            df = ts.read_changes(spark, uri, 0).select("id", "s", "_change_type", "_commit_version")
+            return sorted(tuple(r) for r in df.collect())
+
+        assert changes(native) == changes(python)
+
+
+@pytest.mark.parametrize("properties", [{}, {"delta.columnMapping.mode": "id"}, {"delta.enableDeletionVectors": "true"}],
+                         ids=["plain", "column mapping id", "deletion vectors"])
+def test_delta_spark_and_deltalake_read_what_the_native_path_wrote(delta_spark: Any, tmp_path: Path, properties: dict[str, str]) -> None:
+    deltalake = pytest.importorskip("deltalake")
+    uri = str(tmp_path / "t")
+    df = spark_rows = delta_spark.createDataFrame(ROWS, SCHEMA).drop("nan", "huge", "m")
+    ts.write(df, uri, partition_by=["p"], properties=properties)
+    with ts.transaction(delta_spark, uri) as tx:
+        tx.delete("id % 4 = 1")
+    expected = sorted((tuple(r) for r in spark_rows.where("id % 4 != 1").collect()), key=lambda r: r[0])
+    seen = delta_spark.read.format("delta").load(uri).select(*spark_rows.columns).collect()
+    assert sorted((tuple(r) for r in seen), key=lambda r: r[0]) == expected
+    if not properties:  # deltalake 1.6 reads neither column mapping nor deletion vectors
+        independent = deltalake.DeltaTable(uri).to_pyarrow_table(columns=["id", "p", "s", "dec"]).sort_by("id").to_pylist()
+        assert [(r["id"], r["p"], r["s"], r["dec"]) for r in independent] == [(r[0], r[1], r[2], r[6]) for r in expected]
+
+
+def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_same(spark: Any, tmp_path: Path) -> None:
+    """Each case the native path does not do yet is named, and the write still succeeds through
+    the Python tasks with their result."""
+    df = spark.createDataFrame([(1, "a")], "id long, s string")
+
+    def context(uri: str) -> txnlog.WriteContext:
+        return txnlog.WriteContext.for_snapshot(txnlog.Table(uri).snapshot())
+
+    identity = identity_column("id", generated="by default")
+    generated = generated_column("g", pa.int64(), "id * 2")
+    for name, schema in {"identity": pa.schema([identity, ("s", pa.string())]),
+                         "generated": pa.schema([("id", pa.int64()), ("s", pa.string()), generated])}.items():
+        uri = str(tmp_path / name)
+        txnlog.Table.create(uri, schema)
+        assert unsupported(df, context(uri), data_change=True, require=None) == "identity or generated columns"
+        ts.write(df, uri)
+        assert txnlog.Table(uri).snapshot().num_files == 1
+        assert not any(f["path"].startswith("job-") for f in _files(uri))
+        # A compaction copies the rows as they are: nothing to generate.
+        assert unsupported(df.withColumn("g", df.id * 2) if name == "generated" else df, context(uri), data_change=False, require=None) is None
+    checked = str(tmp_path / "checked")
+    ts.write(df, checked, properties={"delta.constraints.positive": "id > 0"})
+    assert unsupported(df, context(checked), data_change=True, require=None) == "CHECK constraints or invariants"
+    plain = str(tmp_path / "plain")
+    ts.write(df, plain)
+    ctx = context(plain)
+    assert unsupported(df, ctx, data_change=True, require="id > 0") == "replaceWhere's check of every written row"
+    assert unsupported(df, ctx, data_change=True, require=None, target_file_size=1 << 20) == "files cut at an explicit target size"
+    assert unsupported(df.selectExpr("cast(id as decimal(20, 0)) as id", "s"), ctx, data_change=True, require=None) == \
+        "column 'id' cast from decimal(20,0) to bigint"
+    assert unsupported(df.selectExpr("cast(id as int) as id", "s"), ctx, data_change=True, require=None) is None  # a widening
+
+
+def test_nulls_in_a_not_null_column_are_refused_and_nothing_is_left(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    txnlog.Table.create(uri, pa.schema([pa.field("id", pa.int64(), nullable=False), ("s", pa.string())]))
+    bad = spark.createDataFrame([(1, "a"), (None, "b")], "id long, s string")
+    with pytest.raises(SchemaError) as native:
+        ts.write(bad, uri)
+    assert [p for p in Path(uri).rglob("*") if p.is_file() and "_delta_log" not in p.parts] == []  # the job's files deleted
+    with python_tasks(spark), pytest.raises(SchemaError) as python:
+        ts.write(bad, uri)
+    assert (str(native.value), native.value.field) == (str(python.value), python.value.field) == (str(native.value), "id")
+    assert txnlog.Table(uri).latest_version() == 0
+
+
+def test_an_empty_write_leaves_no_file(spark: Any, tmp_path: Path) -> None:
+    """Also where Spark optimizes the plan to no rows (``limit(0)``) and so counts nothing (the
+    NaN count of a double column)."""
+    uri = str(tmp_path / "t")
+    assert ts.write(spark.createDataFrame([], "id long, v double"), uri) == 0
+    assert ts.write(spark.range(3).selectExpr("id", "id / 2 as v").limit(0), uri) is None
+    assert txnlog.Table(uri).snapshot().num_files == 0
+    assert [p for p in Path(uri).rglob("*") if p.is_file() and "_delta_log" not in p.parts] == []
+
+
+def test_a_failed_job_leaves_only_files_vacuum_removes(spark: Any, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    ts.write(spark.range(5).selectExpr("id", "'x' as s"), uri)
+    failing = spark.range(0, 20_000, 1, 4).selectExpr("if(id = 19999, raise_error('boom'), id) as id", "'y' as s")
+    with pytest.raises(SparkJobError, match="boom"):
+        ts.write(failing, uri)
+    assert txnlog.Table(uri).latest_version() == 0
+    _assert_vacuum_leaves_only_the_table(uri)
+
+
+def _assert_vacuum_leaves_only_the_table(uri: str) -> None:
+    table = txnlog.Table(uri)
+    live = {p for p in table.snapshot().files().column("path").to_pylist()}
+    vacuum(table, retention=0, force=True)
+    left = {str(p.relative_to(uri)) for p in Path(uri).rglob("*") if p.is_file() and "_delta_log" not in p.parts}
+    assert left == live
+
+
+CHILD = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, sys.argv[2])
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    import txnlog.spark as ts
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+    df = spark.range(0, 400_000_000, 1, 8).selectExpr("id", "repeat(cast(id as string), 8) as s")
+    ts.write(df, sys.argv[1])
+""")
+
+
+@pytest.mark.soak
+def test_a_killed_job_leaves_only_files_vacuum_removes(spark: Any, tmp_path: Path) -> None:
+    """A process writing natively is killed with SIGKILL (its JVM with it) while its tasks write:
+    nothing is committed, and vacuum removes every file the job left."""
+    uri = str(tmp_path / "t")
+    ts.write(spark.range(5).selectExpr("id", "'x' as s"), uri)
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    child = subprocess.Popen([sys.executable, str(script), uri, str(REPO_ROOT)], start_new_session=True, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            staged = [p for p in Path(uri).glob("job-*/_temporary/**/*.parquet") if p.stat().st_size > 0]
+            if staged:
+                break
+            assert child.poll() is None, "the child ended before it wrote"
+            time.sleep(0.5)
+        else:
+            pytest.fail("the child's job wrote no file in 300 s")
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    time.sleep(1)
+    assert list(Path(uri).glob("job-*/_temporary/**/*.parquet")), "the kill left staged files"
+    assert txnlog.Table(uri).latest_version() == 0
+    _assert_vacuum_leaves_only_the_table(uri)

@@ -1,0 +1,340 @@
+"""Data files written by Spark's own Parquet writer: no row crosses into Python.
+
+The DataFrame is conformed to the table by Spark column expressions compiled from the core's
+:class:`~txnlog.write.ConformSpec` (:mod:`txnlog.spark.conform`), renamed to physical names
+(with Parquet field ids under column mapping), and written with ``df.write.parquet`` into a new
+job directory below the table root (:data:`txnlog.write.OUTPUT_DIRECTORY`), partitioned by the
+physical partition columns so that they are partition values, not file columns. The driver then
+lists that directory and turns each file into an ``AddFile``: partition values from its
+directories and statistics from its footer (:func:`txnlog.write.parquet_file_stats`, the rules
+of txnlog's own writer), in the table's own serialization.
+
+Spark's output committer stages the files in the job directory's ``_temporary/`` and moves them
+into place when the job commits; no ``_SUCCESS`` marker is written. A killed job leaves files
+no commit names in the job directory, ``_temporary/`` included, and vacuum removes them.
+
+What this path does not do yet falls back to the Python tasks (:mod:`txnlog.spark.tasks`), which
+give the same result: see :func:`unsupported`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.parquet as pq
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from txnlog import AddFile, WriteContext
+from txnlog import properties as props
+from txnlog.errors import SchemaError, TxnLogError
+from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
+from txnlog.spark.common import SPARK_FAILURES, SparkJobError, column, hadoop_table_path, job_error, session_confs, spark_schema_of
+from txnlog.spark.conform import conformed, spark_types
+from txnlog.write import (
+    Fill,
+    RowKind,
+    encode_log_path,
+    output_directory,
+    parquet_file_stats,
+    written_partition_values,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from txnlog.storage import LogStore
+
+logger = logging.getLogger(__name__)
+
+#: ``"false"`` in the session sends every write through the Python tasks; ``"true"`` writes
+#: tables outside the local file system natively too (Spark's Hadoop must reach the store);
+#: unset (``"auto"``): local tables natively.
+NATIVE_WRITE_CONF = "spark.txnlog.write.native"
+
+# Session confs for the write (the Parquet writer reads them from the session, not the options).
+_WRITE_CONFS = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.fieldId.write.enabled": "true",
+}
+_FIELD_ID = "parquet.field.id"
+# Types whose Spark cast to string (the partition directory Spark writes) parses back exactly.
+_PARTITION_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType)
+_LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
+               T.DoubleType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType)
+# Casts Spark makes exactly as txnlog's writer does (every value fits).
+_WIDENINGS = {"tinyint": {"smallint", "int", "bigint"}, "smallint": {"int", "bigint"}, "int": {"bigint"}, "float": {"double"}}
+_FOOTER_THREADS = 8
+
+
+def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, require: str | None, target_file_size: int | None = None) -> str | None:
+    """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
+    write it then), or None. Not yet native: identity and generated columns, CHECK constraints
+    and invariants, replaceWhere's row check, NOT NULL inside structs, partition columns other
+    than strings, integers, booleans and dates, casts other than exact widenings, files cut at
+    an explicit ``target_file_size`` (Spark writes one file per task and partition, as
+    delta-spark does), tables in ``memory://``, and tables outside the local file system unless
+    :data:`NATIVE_WRITE_CONF` is ``true``."""
+    setting = (df.sparkSession.conf.get(NATIVE_WRITE_CONF, "auto") or "auto").lower()
+    if setting == "false":
+        return f"{NATIVE_WRITE_CONF}=false"
+    if ctx.table_uri.startswith("memory://"):
+        return "a memory:// table"
+    if setting != "true" and not ctx.table_uri.startswith("file:"):
+        # The Python tasks reach an object store with the write's storage options; Spark's writer
+        # needs the session's own Hadoop file system and credentials for it, so it is opted into.
+        return f"a table outside the local file system (set {NATIVE_WRITE_CONF}=true when Spark's Hadoop reaches it)"
+    if require is not None:
+        return "replaceWhere's check of every written row"
+    if target_file_size is not None:
+        return "files cut at an explicit target size"
+    spec = ctx.conform_spec
+    if data_change and any(c.fill in (Fill.IDENTITY, Fill.GENERATED) for c in spec.columns):
+        return "identity or generated columns"
+    if ctx.constraints():
+        return "CHECK constraints or invariants"
+    types = spark_types(spec)
+    partitions = {c.lower() for c in ctx.partition_columns}
+    for name, kind in types.items():
+        if not _leaves_supported(kind):
+            return f"column '{name}' of type {kind.simpleString()}"
+        if _nested_not_null(kind):
+            return f"NOT NULL fields inside column '{name}'"
+        if name.lower() in partitions and not isinstance(kind, _PARTITION_TYPES):
+            return f"partition column '{name}' of type {kind.simpleString()}"
+    given = {f.name: f.dataType for f in df.schema.fields}
+    for name, table_column in zip(given, spec.supplied(given)):
+        if table_column is None:
+            continue
+        have, want = given[name].simpleString(), types[table_column.name].simpleString()
+        if have != want and want not in _WIDENINGS.get(have, ()):
+            return f"column '{name}' cast from {have} to {want}"
+    if not data_change and spec.missing(given):
+        return "a rewrite that does not supply every column"
+    return None
+
+
+def _leaves_supported(kind: Any) -> bool:
+    if isinstance(kind, T.StructType):
+        return all(_leaves_supported(f.dataType) for f in kind.fields)
+    if isinstance(kind, T.ArrayType):
+        return _leaves_supported(kind.elementType)
+    if isinstance(kind, T.MapType):
+        return _leaves_supported(kind.keyType) and _leaves_supported(kind.valueType)
+    return isinstance(kind, _LEAF_TYPES)
+
+
+def _nested_not_null(kind: Any) -> bool:
+    if isinstance(kind, T.StructType):
+        return any(not f.nullable or _nested_not_null(f.dataType) for f in kind.fields)
+    if isinstance(kind, T.ArrayType):
+        return not kind.containsNull or _nested_not_null(kind.elementType)
+    if isinstance(kind, T.MapType):
+        return not kind.valueContainsNull or _nested_not_null(kind.keyType) or _nested_not_null(kind.valueType)
+    return False
+
+
+def _physical_type(kind: Any, mapped: bool) -> Any:
+    """A logical Spark type with physical names and Parquet field ids at every level."""
+    if isinstance(kind, T.StructType):
+        return T.StructType([T.StructField(_physical_name(f, mapped), _physical_type(f.dataType, mapped), True, _field_id(f, mapped))
+                             for f in kind.fields])
+    if isinstance(kind, T.ArrayType):
+        return T.ArrayType(_physical_type(kind.elementType, mapped), True)
+    if isinstance(kind, T.MapType):
+        return T.MapType(_physical_type(kind.keyType, mapped), _physical_type(kind.valueType, mapped), True)
+    return kind
+
+
+def _physical_name(field: Any, mapped: bool) -> str:
+    name = field.metadata.get(props.PHYSICAL_NAME_KEY) if mapped else None
+    if mapped and not name:
+        raise SchemaError(f"column '{field.name}' has no {props.PHYSICAL_NAME_KEY} but the table uses column mapping", field=field.name)
+    return str(name) if name else str(field.name)
+
+
+def _field_id(field: Any, mapped: bool) -> dict[str, Any]:
+    column_id = field.metadata.get(props.COLUMN_MAPPING_ID_KEY) if mapped else None
+    return {_FIELD_ID: int(column_id)} if column_id is not None else {}
+
+
+def _has_nested_mapping(kind: Any) -> bool:
+    return isinstance(kind, T.StructType | T.ArrayType | T.MapType)
+
+
+def write_native(
+    df: DataFrame,
+    ctx: WriteContext,
+    *,
+    partition_by: Sequence[str] | None,
+    data_change: bool,
+    preserve_row_ids: bool,
+) -> list[AddFile]:
+    """Write ``df`` (already checked against the table, :func:`unsupported` None) as data files
+    of the table ``ctx`` describes with Spark's Parquet writer; their ``AddFile`` records."""
+    spark = df.sparkSession
+    spec = ctx.conform_spec
+    config = ctx.table_configuration
+    mapped = config.is_column_mapped
+    logical = {f.name: f for f in spark_schema_of(spec.schema_string).fields}
+    supplied = {table_column.name: column(name) for name, table_column in zip(df.columns, spec.supplied(df.columns)) if table_column is not None}
+    # Rows of a rewrite that changes no data (a compaction) are copies: nothing is filled or refused.
+    kind = RowKind.INSERT if data_change else RowKind.COPY
+    previous = (F.lit(None), F.lit(None)) if kind is RowKind.COPY else None  # the ids are written below, as given
+    values = conformed(spec, kind, supplied, previous=previous, types={n: f.dataType for n, f in logical.items()})
+    values.pop(ROW_ID, None)
+    values.pop(ROW_COMMIT_VERSION, None)
+    select: list[Column] = []
+    for name, value in values.items():
+        field = logical[name]
+        if mapped and _has_nested_mapping(field.dataType):
+            value = value.cast(_physical_type(field.dataType, mapped))
+        select.append(value.alias(_physical_name(field, mapped), metadata=_field_id(field, mapped)))
+    if preserve_row_ids:
+        hidden = config.row_id_columns(f"table {ctx.table_uri}")
+        select += [column(ROW_ID).cast("long").alias(hidden.row_id), column(ROW_COMMIT_VERSION).cast("long").alias(hidden.row_commit_version)]
+    partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
+    repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
+    out = df.select(*select)
+    checks = _checks(ctx, logical, mapped)
+    observation = Observation("txnlog native write") if checks else None
+    if observation is not None:
+        out = out.observe(observation, *[expr.alias(f"check{i}") for i, (_, expr) in enumerate(checks)])
+    if repartition_by:
+        out = out.repartition(*[column(k) for k in repartition_by])
+
+    store = ctx.open_store()
+    directory = output_directory()
+    target = hadoop_table_path(store.uri_of(directory))
+    writer = out.write.mode("errorifexists").option("compression", ctx.compression)
+    # No _SUCCESS marker: it is hidden, so vacuum would keep it forever.
+    writer = writer.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+    if target.startswith("file:") or "://" not in target:
+        # No .crc side files: hidden too, and stale ones fail later reads.
+        writer = writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem").option("fs.file.impl.disable.cache", "true")
+    if partition_keys:
+        writer = writer.partitionBy(*partition_keys)
+    job = f"the Spark job writing data files of table {ctx.table_uri} with Spark's Parquet writer"
+    try:
+        with session_confs(spark, _WRITE_CONFS):
+            writer.parquet(target)
+    except SPARK_FAILURES as e:
+        _delete_directory(store, directory)  # what Spark's abort left (a killed job's files wait for vacuum)
+        raise job_error(e, job) from e
+    try:
+        results = _observed(observation)
+        counts = {what: int(results.get(f"check{i}") or 0) for i, (what, _) in enumerate(checks)} if results is not None else {}
+        for (check, name), count in counts.items():
+            if check == "null" and count:
+                raise SchemaError(f"non-nullable column '{name}' has {count} null values", field=name)
+        nan_free = results is not None and not any(count for (check, _), count in counts.items() if check == "nan")
+        added = _added_files(store, directory, ctx, data_change=data_change, nan_free=nan_free)
+        if results is None and added:
+            raise SparkJobError(f"{job}: Spark reported no counts of the written rows (NOT NULL, NaN) although it wrote "
+                                f"{len(added)} file(s); nothing is committed")
+        return added
+    except BaseException:
+        _delete_directory(store, directory)
+        raise
+
+
+def _observed(observation: Observation | None) -> dict[str, Any] | None:
+    """The observation's counts (empty without one); None when Spark has none, as for a plan
+    it optimized to no rows at all (``df.limit(0)``), where nothing was counted."""
+    if observation is None:
+        return {}
+    try:
+        return dict(observation.get)
+    except SPARK_FAILURES:
+        return None
+
+
+def _table_name(spec: Any, name: str) -> str:
+    (found,) = spec.supplied([name])
+    if found is None:
+        raise SchemaError(f"partition column '{name}' is not a column of table {spec.table_uri}", field=name)
+    return str(found.name)
+
+
+def _checks(ctx: WriteContext, logical: Mapping[str, Any], mapped: bool) -> list[tuple[tuple[str, str], Column]]:
+    """What the written rows must be counted for, with the expression counting it over the
+    physical columns: nulls in NOT NULL columns (txnlog's writer refuses them), and NaN in
+    float stats columns (a footer cannot say whether one was written)."""
+    out: list[tuple[tuple[str, str], Column]] = []
+    for name, field in logical.items():
+        if not field.nullable:
+            out.append((("null", name), F.count_if(column(_physical_name(field, mapped)).isNull())))
+    for path in ctx.stats_columns:
+        field = logical.get(path[0])
+        if field is None:
+            continue
+        expr = column(_physical_name(field, mapped))
+        kind = field.dataType
+        for name in path[1:]:
+            if not isinstance(kind, T.StructType) or name not in kind.names:
+                kind = None
+                break
+            child = kind[name]
+            expr, kind = expr.getField(_physical_name(child, mapped)), child.dataType
+        out += [(("nan", ".".join(path)), F.count_if(F.isnan(e))) for e in _float_leaves(expr, kind, mapped)]
+    return out
+
+
+def _float_leaves(expr: Column, kind: Any, mapped: bool) -> list[Column]:
+    if isinstance(kind, T.FloatType | T.DoubleType):
+        return [expr]
+    if isinstance(kind, T.StructType):
+        return [leaf for f in kind.fields for leaf in _float_leaves(expr.getField(_physical_name(f, mapped)), f.dataType, mapped)]
+    return []
+
+
+def _added_files(store: LogStore, directory: str, ctx: WriteContext, *, data_change: bool, nan_free: bool) -> list[AddFile]:
+    """An ``AddFile`` for each data file the job left in ``directory`` (empty ones deleted)."""
+    config = ctx.table_configuration
+    listed = [info for info in store.walk_files(directory)
+              if info.name.endswith(".parquet") and not any(p.startswith(("_", ".")) for p in info.path.split("/"))]
+
+    def added(info: Any) -> AddFile | None:
+        where = f"data file {store.uri_of(info.path)}"
+        with store.open_input(info.path) as stream:
+            try:
+                parquet = pq.ParquetFile(stream)
+                if parquet.metadata.num_rows == 0:
+                    return None
+                stats = parquet_file_stats(parquet, config.schema, ctx.stats_columns, mapped=config.is_column_mapped, nan_free=nan_free)
+            except TxnLogError:
+                raise
+            except Exception as e:  # pyarrow's errors for a file it cannot read
+                raise SchemaError(f"{where} written by Spark cannot be read back: {e}") from e
+        directories = info.path.split("/")[1:-1]
+        return AddFile(
+            path=encode_log_path(info.path),
+            partition_values=written_partition_values(directories, config, where),
+            size=info.size,
+            modification_time=info.modification_time,
+            data_change=data_change,
+            stats=stats,
+        )
+
+    with ThreadPoolExecutor(max_workers=_FOOTER_THREADS) as pool:
+        found = list(pool.map(added, listed))
+    for info, add in zip(listed, found):
+        if add is None:
+            store.delete(info.path)  # a task without rows: Spark still wrote a file
+    return [add for add in found if add is not None]
+
+
+def _delete_directory(store: LogStore, directory: str) -> None:
+    """Best effort: what vacuum would remove later, removed now."""
+    try:
+        for info in list(store.walk_files(directory)):
+            store.delete(info.path)
+    except TxnLogError as e:
+        logger.warning("could not delete the files of a failed write in %s: %s", store.uri_of(directory), e)
+
+
+__all__ = ["NATIVE_WRITE_CONF", "unsupported", "write_native"]
