@@ -210,7 +210,8 @@ def write_native(
     store = ctx.open_store()
     directory = output_directory()
     target = hadoop_table_path(store.uri_of(directory))
-    writer = out.write.mode("errorifexists").option("compression", ctx.compression)
+    # "error", not its alias "errorifexists", which Spark Connect's client refuses.
+    writer = out.write.mode("error").option("compression", ctx.compression)
     # No _SUCCESS marker: it is hidden, so vacuum would keep it forever.
     writer = writer.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
     if target.startswith("file:") or "://" not in target:
