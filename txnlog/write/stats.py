@@ -246,19 +246,16 @@ class StatsCollector:
         name, in the rows given to :meth:`update`, of each of its columns. Rows holding a
         string longer than the footer keeps (:data:`PARQUET_STATISTICS_LIMIT`) are still
         bounded here. Dictionary and view columns: Arrow compute, as before."""
-        first_leaf = {}
-        leaf = 0
-        for name, field in zip(file_columns, file_schema):
-            first_leaf[name] = leaf
-            leaf += _leaf_count(field.type)
+        leaves = _parquet_leaves(file_schema)
+        column_leaf = {name: leaves.get((field.name,)) for name, field in zip(file_columns, file_schema)}
         for entry, indices in zip(self._leaves, self._indices):
             if entry.kind != "string" or indices is None or len(indices) != 1 or entry.type is None:
                 continue
             if not (pa.types.is_string(entry.type) or pa.types.is_large_string(entry.type)):
                 continue
             name = self._names[indices[0]]
-            if name in first_leaf and file_schema.field(file_columns.index(name)).type == entry.type:
-                entry.parquet_leaf = first_leaf[name]
+            if column_leaf.get(name) is not None and file_schema.field(file_columns.index(name)).type == entry.type:
+                entry.parquet_leaf = column_leaf[name]
 
     def add_parquet_footer(self, metadata: Any) -> None:
         """Merge the bounds in ``metadata`` (the written file's ``pyarrow.parquet.FileMetaData``)
