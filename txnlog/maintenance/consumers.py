@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from txnlog.documents import document
 from txnlog.errors import ConsumerNotFoundError, LogCorruptError, VersionNotFoundError
 from txnlog.maintenance import arguments, sidefiles
 from txnlog.maintenance.layout import LogLayout
@@ -33,7 +34,7 @@ class Consumer:
     last_heartbeat_ms: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.consumer_id, "nextVersion": self.next_version, "lastHeartbeat": self.last_heartbeat_ms}
+        return document(self, keys={"consumer_id": "id", "last_heartbeat_ms": "lastHeartbeat"})
 
 
 def _now_ms() -> int:

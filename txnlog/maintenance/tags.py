@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from txnlog.documents import document
 from txnlog.errors import (
     FileAlreadyExistsError,
     LogCorruptError,
@@ -36,7 +37,7 @@ class Tag:
     created_ms: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "createdTime": self.created_ms}
+        return document(self, keys={"created_ms": "createdTime"})
 
 
 def _decode(obj: dict[str, Any], where: str) -> Tag:
