@@ -174,7 +174,8 @@ def local_session_builder(app_name: str, *, delta: bool = True) -> Any:
 
 @pytest.fixture(scope="session")
 def spark() -> Any:
-    """The one local SparkSession of a test session (PySpark takes ~20 s to start here), with
+    """The one local SparkSession of a test process (PySpark takes ~20 s to start here; each
+    pytest-xdist worker that reaches a Spark test starts its own), with
     delta-spark in it (``format("delta")``, Delta SQL) beside txnlog.
 
     Tests that need Spark take this fixture; tests must not stop it or change session-wide

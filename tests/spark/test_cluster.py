@@ -2,7 +2,8 @@
 on a real cluster shape and over Spark Connect.
 
 Each test starts its own Spark processes: a standalone master and two workers (pyspark's own
-``bin/spark-class``), and a local Spark Connect server. A test process holds one SparkContext
+``bin/spark-class``), and a local Spark Connect server (whose master is that cluster in the default
+suite's test). A test process holds one SparkContext
 (the session fixture's), so the driver of each run is a child Python process; every Spark process
 is bound to 127.0.0.1 and stopped by its process id.
 """
@@ -46,6 +47,10 @@ if with_delta:
     builder = ts.with_delta(builder)
 if mode == "connect":
     builder = builder.remote(target)
+elif mode == "connect-cluster":
+    # Spark 4's connect API mode: a local Connect server whose master is the standalone cluster,
+    # and this client talks to it over gRPC.
+    builder = builder.master(target).config("spark.api.mode", "connect").config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
 else:
     builder = builder.master(target).config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
 # A low maxResultSize: the wide MERGE source below cannot come to the driver whole.
@@ -84,7 +89,7 @@ if scope == "full":
     # it). The classic driver's conf: a Connect server has its own.
     spark.conf.unset("spark.txnlog.dml.driverScanCells")
     ts.write(spark.range(0, 100).selectExpr("id", "'a' as p"), uri + "_wide")
-    if mode != "connect":
+    if not mode.startswith("connect"):
         wide = spark.range(0, 64, numPartitions=2).selectExpr("id", "repeat('x', 200000) as p")
         ts.merge(spark, uri + "_wide", wide, on="id", when_matched_update="*")
 # delta-spark reads a table txnlog wrote, appends to it, and txnlog reads delta-spark's commit.
@@ -159,7 +164,7 @@ def _check_streams_and_merges(result: dict[str, object], uri: str) -> None:
     expected = {i: (str(i % 5), -1 if i < 10 else (i * 100 if i >= 4990 else i * 2)) for i in range(5010)}
     assert merged == expected
     wide = txnlog.Table(uri + "_wide").snapshot().to_arrow().to_pylist()
-    merged_wide = 64 if result["mode"] != "connect" else 0
+    merged_wide = 0 if str(result["mode"]).startswith("connect") else 64
     assert sorted((r["id"], len(r["p"]), r["p"][:1]) for r in wide) == [
         (i, 200000, "x") if i < merged_wide else (i, 1, "a") for i in range(100)
     ]
@@ -211,26 +216,41 @@ def standalone_cluster(tmp_path: Path) -> Iterator[str]:
                     p.wait()
 
 
-#: The default suite writes and reads through the functions, the data source and delta-spark; soak
-#: adds the streaming source and sink and the MERGE shapes (each run is a minute or more here).
+#: The default suite runs one round trip: a Spark Connect client whose server's master is the
+#: standalone cluster, writing and reading through the functions, the data source and delta-spark.
+#: ``soak`` adds the classic API on the cluster, Connect's own local server, and the streaming
+#: source and sink and the MERGE shapes (each run is a minute or more here).
 SCOPES = ["core", pytest.param("full", marks=pytest.mark.soak)]
 
 
-@pytest.mark.parametrize("scope", SCOPES)
-def test_round_trip_on_a_standalone_cluster_with_two_workers(standalone_cluster: str, tmp_path: Path, scope: str) -> None:
-    uri = str(tmp_path / "table")
-    result = _run_driver("classic", standalone_cluster, uri, tmp_path, scope)
-    assert result["kind"].startswith("pyspark.sql")
-    _check(result, uri)
-    # Both workers ran executors for this application.
+def _assert_both_workers_ran_executors(tmp_path: Path) -> None:
     apps = list((tmp_path / "work").glob("app-*/*"))
     assert len(apps) >= 2, apps
 
 
 @pytest.mark.parametrize("scope", SCOPES)
-def test_round_trip_over_spark_connect(tmp_path: Path, scope: str) -> None:
+def test_round_trip_over_spark_connect_on_a_standalone_cluster(standalone_cluster: str, tmp_path: Path, scope: str) -> None:
     pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'txnlog[spark]')")
     uri = str(tmp_path / "table")
-    result = _run_driver("connect", "local[2]", uri, tmp_path, scope)
+    result = _run_driver("connect-cluster", standalone_cluster, uri, tmp_path, scope)
+    assert "connect" in str(result["kind"])
+    _check(result, uri)
+    _assert_both_workers_ran_executors(tmp_path)
+
+
+@pytest.mark.soak
+def test_round_trip_on_a_standalone_cluster_with_two_workers(standalone_cluster: str, tmp_path: Path) -> None:
+    uri = str(tmp_path / "table")
+    result = _run_driver("classic", standalone_cluster, uri, tmp_path, "full")
+    assert "connect" not in str(result["kind"])
+    _check(result, uri)
+    _assert_both_workers_ran_executors(tmp_path)
+
+
+@pytest.mark.soak
+def test_round_trip_over_spark_connects_local_server(tmp_path: Path) -> None:
+    pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'txnlog[spark]')")
+    uri = str(tmp_path / "table")
+    result = _run_driver("connect", "local[2]", uri, tmp_path, "core")
     assert "connect" in str(result["kind"])
     _check(result, uri)
