@@ -151,7 +151,7 @@ def continue_with_txnlog(spark: Any, path: Path) -> None:
 
 #: The features tested by default (the richest tables, and those txnlog had to be fixed for); the
 #: rest, checkpoint layouts and in-commit timestamps among them, under soak.
-DEFAULT_FEATURES = {"deletion-vectors-change-feed-row-tracking", "column-mapping-renames-drops", "variant"}
+DEFAULT_FEATURES = {"deletion-vectors-change-feed-row-tracking", "column-mapping-renames-drops"}
 
 
 @pytest.mark.parametrize("name", [n if n in DEFAULT_FEATURES else pytest.param(n, marks=pytest.mark.soak) for n in FEATURES])

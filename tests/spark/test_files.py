@@ -89,7 +89,6 @@ def _by_version(spark: Any, uri: str, versions: list[int]) -> dict[int, list[tup
 # Every log layout and reader feature of the corpus, for the default run; the whole corpus
 # (a Spark job per table, minutes on two cores) runs under soak.
 DEFAULT_CASES = {
-    "checkpoints",
     "checkpoint-v2-table",
     "checkpoint_with_partitions",
     "delta-0.8.0-partitioned",

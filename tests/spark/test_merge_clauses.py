@@ -104,9 +104,11 @@ def counted(metrics: dict[str, Any]) -> dict[str, int]:
     return {k: int(metrics[k]) for k in COUNTED}
 
 
+#: The change-feed variants run by default (each rewrites through its plain twin's path and writes
+#: the feed too); the plain ones run under ``soak``.
 @pytest.mark.parametrize("properties", [
-    {},
-    {"delta.enableDeletionVectors": "true"},
+    pytest.param({}, marks=pytest.mark.soak),
+    pytest.param({"delta.enableDeletionVectors": "true"}, marks=pytest.mark.soak),
     {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"},
     {"delta.enableChangeDataFeed": "true"},
 ], ids=["copy-on-write", "deletion-vectors", "deletion-vectors-cdf", "copy-on-write-cdf"])
