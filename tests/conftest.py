@@ -200,3 +200,28 @@ def delta_spark(spark: Any) -> Any:
     if "DeltaSparkSessionExtension" not in (spark.conf.get("spark.sql.extensions", "") or ""):
         pytest.skip(f"delta-spark's jars are not in {delta_jars_dir()}; run `make jars`")
     return spark
+
+
+#: The modules that take a minute or more. They go first, so that under pytest-xdist (``make
+#: test``) neither worker is left running one of them alone at the end.
+LONG_MODULES = (
+    "tests/spark/test_cluster.py",
+    "tests/interop/test_delta_spark_reads_txnlog.py",
+    "tests/interop/test_txnlog_continues_delta_spark.py",
+    "tests/txn/test_delta_spark_conflicts.py",
+    "tests/spark/test_native_write.py",
+    "tests/spark/test_streaming_source.py",
+    "tests/spark_jobs/test_pipeline.py",
+    "tests/spark/test_merge_clauses.py",
+    "tests/txn/test_conflict_matrix.py",
+    "tests/spark/test_files.py",
+    "tests/txn/test_mixed_writers.py",
+    "tests/spark/test_dml_deletion_vectors.py",
+    "tests/spark/test_change_data.py",
+    "tests/spark/test_corpus.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {module: i for i, module in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
