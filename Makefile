@@ -1,6 +1,8 @@
 # Two entry points, each doing all set-up on a fresh machine (Debian, Python 3.11, Java 17):
 #   make run   - the main job: the Spark pipeline in spark_jobs/ on local Spark and a local table
 #   make test  - ruff (txnlog, tests, jobs, benchmarks) and mypy (strict) on txnlog/, then the test suite (soak tests excluded; `make soak` runs them)
+# `make soak` runs the long variants within 20 minutes; `make exhaustive` the rest of the long matrices
+# (every kind of table under every delta-spark statement, every seed of the long mixed histories).
 # `make test` and `make soak` run the tests in two pytest-xdist workers, a module to a worker (module fixtures such as the
 # conflict matrix run once); each worker that reaches a Spark test starts its own SparkSession.
 PYTHON ?= python3
@@ -12,7 +14,7 @@ STAMP  := $(VENV)/.installed
 DELTA_JARS := $(CURDIR)/.delta-jars
 export TXNLOG_DELTA_JARS_DIR := $(DELTA_JARS)
 
-.PHONY: run test soak bench docs clean jars
+.PHONY: run test soak exhaustive bench docs clean jars
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +37,13 @@ run: $(STAMP) jars
 test: $(STAMP) jars
 	$(PY) -m ruff check txnlog tests spark_jobs benchmarks
 	$(PY) -m mypy
-	$(PY) -m pytest -m "not soak" -q -p no:cacheprovider -n 2 --dist loadscope --durations=30
+	$(PY) -m pytest -m "not soak and not exhaustive" -q -p no:cacheprovider -n 2 --dist loadscope --durations=30
 
 soak: $(STAMP) jars
 	$(PY) -m pytest -m soak -q -p no:cacheprovider -n 2 --dist loadscope --durations=40
+
+exhaustive: $(STAMP) jars
+	$(PY) -m pytest -m exhaustive -q -p no:cacheprovider -n 2 --dist loadscope --durations=40
 
 bench: $(STAMP) jars
 	$(PY) benchmarks/run_all.py

@@ -218,9 +218,10 @@ def standalone_cluster(tmp_path: Path) -> Iterator[str]:
 
 #: The default suite runs one round trip: a Spark Connect client whose server's master is the
 #: standalone cluster, writing and reading through the functions, the data source and delta-spark.
-#: ``soak`` adds the classic API on the cluster, Connect's own local server, and the streaming
-#: source and sink and the MERGE shapes (each run is a minute or more here).
-SCOPES = ["core", pytest.param("full", marks=pytest.mark.soak)]
+#: ``soak`` runs the classic API on the cluster with the streaming source and sink and the MERGE
+#: shapes too; ``exhaustive`` those over Connect, and Connect's own local server (each run is two
+#: minutes or more here).
+SCOPES = ["core", pytest.param("full", marks=pytest.mark.exhaustive)]
 
 
 def _assert_both_workers_ran_executors(tmp_path: Path) -> None:
@@ -247,7 +248,7 @@ def test_round_trip_on_a_standalone_cluster_with_two_workers(standalone_cluster:
     _assert_both_workers_ran_executors(tmp_path)
 
 
-@pytest.mark.soak
+@pytest.mark.exhaustive
 def test_round_trip_over_spark_connects_local_server(tmp_path: Path) -> None:
     pytest.importorskip("grpc", reason="Spark Connect needs grpcio (pip install 'txnlog[spark]')")
     uri = str(tmp_path / "table")
