@@ -447,6 +447,40 @@ def test_an_identity_batch_replayed_commits_nothing_and_one_beaten_by_another_wr
     assert len(set(keys)) == len(keys) == 11 and mark == max(keys)
 
 
+def test_an_identity_stream_with_merge_schema_evolves_the_table_once_and_numbers_past_every_writer(tmp_path: Path) -> None:
+    """The sink refused mergeSchema on identity tables. Its tasks now evolve the table as they
+    find it: another writer's values before the first batch and between batches are never
+    numbered again, and the new column is added once."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from txnlog.spark.datasource import TxnlogDataSource
+
+    sink = str(tmp_path / "sink")
+    Table.create(sink, pa.schema([identity_column("key"), pa.field("id", pa.int64())]))
+    struct = StructType([StructField("id", LongType()), StructField("name", StringType())])
+    writer = TxnlogDataSource({"path": sink, "txnAppId": "app", "mergeSchema": "true"}).streamWriter(struct, False)
+
+    def task(start: int) -> Any:
+        """What a Spark task runs (one per batch here: outside Spark every task is partition 0)."""
+        rows = pa.RecordBatch.from_pydict({"id": list(range(start, start + 5)), "name": [f"n{i}" for i in range(start, start + 5)]})
+        return pickle.loads(pickle.dumps(writer)).write(iter([rows]))
+
+    Table(sink).append(pa.table({"id": [-1, -2]}))  # after the plan, before the evolution
+    before = Table(sink).latest_version()
+    writer.commit([task(0)], 0)
+    assert [f.name for f in Table(sink).snapshot().schema] == ["key", "id", "name"]
+    Table(sink).append(pa.table({"id": [-3], "name": ["other"]}))  # between batches
+    writer.commit([task(5)], 1)
+    snapshot = Table(sink).snapshot()
+    # Batch 0 is the commit after `before`, and it added the column.
+    assert Table(sink).snapshot(version=before + 1).app_transaction_version("app") == 0
+    assert [f.name for f in Table(sink).snapshot(version=before + 1).schema] == ["key", "id", "name"]
+    rows = snapshot.to_arrow().to_pylist()
+    assert sorted((r["id"], r["name"]) for r in rows) == sorted([(-1, None), (-2, None), (-3, "other")] + [(i, f"n{i}") for i in range(10)])
+    keys, mark = _keys_and_mark(sink)
+    assert None not in keys and len(set(keys)) == len(keys) == 13 and mark == max(keys)
+
+
 def test_stream_with_merge_schema_adds_the_streams_new_columns_once(spark_ds: Any, tmp_path: Path) -> None:
     source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "sink"), str(tmp_path / "ckpt")
     _append(source, 0, 5)

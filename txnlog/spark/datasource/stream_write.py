@@ -19,6 +19,8 @@ numbers its values past the marks of the table as it is when the task runs (the 
 batch has committed by then), and the batch commits reading that very version: a commit by
 another writer in between conflicts (both move the marks) instead of two writers handing out
 the same values. Tasks that read different versions fail the batch, and a restart replays it.
+A stream with ``mergeSchema`` evolves the table as each task finds it (with its marks), until
+one batch has committed the evolution.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from txnlog import CommitResult, Table
+from txnlog import CommitResult, Table, TableConfiguration
 from txnlog.dml import ArrowRemoval, stage_write
-from txnlog.errors import InvalidArgumentError, MetadataChangedError, SchemaError, TxnLogError, UnsupportedFeatureError
+from txnlog.errors import InvalidArgumentError, MetadataChangedError, SchemaError, TxnLogError
 from txnlog.schema import with_high_water_marks
 from txnlog.spark.datasource.batch_write import SourceWrite, WrittenFiles, delete_written, plan_write, task_files, write_task
 from txnlog.spark.datasource.options import SourceOptions
@@ -115,20 +117,40 @@ def numbers_identity(write: SourceWrite) -> bool:
 def numbered_from_latest(write: SourceWrite) -> SourceWrite:
     """The stream's plan for one task of a batch on a table with identity columns: the table's
     configuration as it is now (its identity high-water marks), and that version as the one the
-    batch's commit reads. The schema must still be the one the stream was planned for."""
+    batch's commit reads. The schema must still be the one the stream was planned for; a stream
+    that evolves the schema (``mergeSchema``) evolves the table as it is now until one of its
+    batches has committed the evolution, and then writes to the evolved table."""
     plan = write.plan
     assert plan.context is not None
-    snapshot = Table(write.options.uri, write.options.storage_options).snapshot()
-    planned, current = plan.context.table_configuration, snapshot.table_configuration
-    marks = {name: i.high_water_mark for name, i in current.identity_columns.items() if i.high_water_mark is not None}
-    same = (with_high_water_marks(planned.metadata.schema_string, marks) == with_high_water_marks(current.metadata.schema_string, marks)
+    txn = Table(write.options.uri, write.options.storage_options).transaction(plan.operation)
+    try:
+        assert txn.snapshot is not None
+        version, planned, current = txn.snapshot.version, plan.context.table_configuration, txn.table_configuration
+        marks = {name: i.high_water_mark for name, i in current.identity_columns.items() if i.high_water_mark is not None}
+        metadata = plan.metadata
+        if metadata is not None and not _same_table(planned, current, marks):
+            # Not evolved yet: the planned metadata with today's marks, checked as every evolution is.
+            txn.update_metadata(schema=with_high_water_marks(metadata.schema_string, marks), partition_columns=metadata.partition_columns,
+                                automatic_widening_only=True)
+            current, metadata = txn.table_configuration, txn.metadata
+        else:
+            metadata = None  # an earlier batch of this stream committed the evolution
+    except TxnLogError as e:
+        raise SchemaError(f"the stream to table {write.options.uri} cannot evolve its schema at version {version}: {e}") from None
+    finally:
+        txn.abort()
+    if not _same_table(planned, current, marks):
+        raise SchemaError(f"table {write.options.uri} changed its schema, partitioning or properties since the stream started (version "
+                          f"{plan.read_version}, now {version}); restart the query to plan it again")
+    context = dataclasses.replace(plan.context, table_configuration=current)
+    return dataclasses.replace(write, plan=dataclasses.replace(plan, read_version=version, context=context, metadata=metadata))
+
+
+def _same_table(planned: TableConfiguration, current: TableConfiguration, marks: dict[str, int]) -> bool:
+    """Do the two configurations differ in nothing but identity high-water marks?"""
+    return (with_high_water_marks(planned.metadata.schema_string, marks) == with_high_water_marks(current.metadata.schema_string, marks)
             and planned.partition_columns == current.partition_columns and planned.protocol == current.protocol
             and dict(planned.properties) == dict(current.properties))
-    if not same:
-        raise SchemaError(f"table {write.options.uri} changed its schema, partitioning or properties since the stream started (version "
-                          f"{plan.read_version}, now {snapshot.version}); restart the query to plan it again")
-    context = dataclasses.replace(plan.context, table_configuration=current)
-    return dataclasses.replace(write, plan=dataclasses.replace(plan, read_version=snapshot.version, context=context))
 
 
 class TableStreamWriter(DataSourceStreamArrowWriter):
@@ -140,12 +162,6 @@ class TableStreamWriter(DataSourceStreamArrowWriter):
         # Planned as an append (a new table's metadata, the checks of txnlog.spark.write);
         # complete mode's overwrite happens in each batch's commit.
         self.plan = plan_write(dataclasses.replace(options, app_id=None, app_version=None), schema, False)
-        if numbers_identity(self.plan) and self.plan.plan.metadata is not None:
-            # The schema this stream evolves to would have to be planned again for every batch.
-            raise UnsupportedFeatureError(
-                f"the streaming sink cannot evolve the schema (mergeSchema) of table {options.uri}, which has identity "
-                "columns; write each batch with txnlog.spark.write in foreachBatch"
-            )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamedFiles:
         plan = self.plan
