@@ -268,9 +268,9 @@ def test_delta_spark_reads_and_continues_txnlog_tables(delta_spark: Any, spark_c
     run_kind(delta_spark, spark_conf, tmp_path, name, full=False)
 
 
-#: ``soak`` runs the full sequence on these (the richest kind, column mapping by id with vectors,
-#: and the variant: about two minutes each here); ``exhaustive`` on the others.
-SOAK_KINDS = ["deletion-vectors-cdf-row-tracking", "column-mapping-id-deletion-vectors", "variant"]
+#: ``soak`` runs the full sequence on these (the richest kind, and column mapping by id with
+#: vectors: about two minutes each here); ``exhaustive`` on the others.
+SOAK_KINDS = ["deletion-vectors-cdf-row-tracking", "column-mapping-id-deletion-vectors"]
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.soak if n in SOAK_KINDS else pytest.mark.exhaustive) for n in KINDS])
