@@ -201,6 +201,16 @@ def condition_mask(node: ValueExpression, resolve: Resolver, num_rows: int, *, t
     return pc.fill_null(values, False)
 
 
+def _without_zone(values: Datum) -> Datum:
+    """UTC timestamps as zone-free ones of the same unit, sharing their buffers."""
+    naive = pa.timestamp(values.type.unit)
+    if isinstance(values, pa.ChunkedArray):
+        return pa.chunked_array([chunk.view(naive) for chunk in values.chunks], naive)
+    if isinstance(values, pa.Array):
+        return values.view(naive)
+    return values.cast(naive)
+
+
 def _is_integer(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(t))
 
@@ -238,8 +248,9 @@ class _Evaluator:
             if operand.type == pa.null():
                 return pa.scalar(None, node.to)
             if pa.types.is_timestamp(operand.type) and operand.type.tz in ("UTC", "+00:00", "Etc/UTC") and not pa.types.is_string(node.to):
-                # UTC instants are their wall-clock times: the zone-free cast gives the same values, faster
-                operand = operand.cast(pa.timestamp(operand.type.unit))
+                # UTC instants are their wall-clock times: the zone-free cast gives the same values,
+                # faster (and dropping the zone is a view of the same buffers)
+                operand = _without_zone(operand)
             return pc.cast(operand, node.to)
         if isinstance(node, FunctionCall):
             return self.function(node)

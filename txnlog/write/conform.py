@@ -299,12 +299,18 @@ class ConformSpec:
         generated columns are checked where given. ``data_change=False`` (a compaction) only
         copies rows: nothing is generated or checked."""
         missing = self.missing(batch.schema.names)
-        if not missing and not (self.supplies_values and data_change):
+        computes = self.supplies_values and data_change
+        if not missing and not computes:
             return batch
         for column in missing:
-            values = pa.nulls(batch.num_rows, column.field.type) if column.fill in (Fill.IDENTITY, Fill.GENERATED) else self._fill(column, batch.num_rows)
-            batch = batch.append_column(column.field, values)
-        if not (self.supplies_values and data_change):
+            if column.fill in (Fill.IDENTITY, Fill.GENERATED):
+                # A placeholder _computed replaces: untyped NULLs hold no buffers to allocate.
+                field, values = (column.field.with_type(pa.null()), pa.nulls(batch.num_rows)) if computes else (
+                    column.field, pa.nulls(batch.num_rows, column.field.type))
+            else:
+                field, values = column.field, self._fill(column, batch.num_rows)
+            batch = batch.append_column(field, values)
+        if not computes:
             return batch
         given = {c.name for c in self.supplied(batch.schema.names) if c is not None} - {c.name for c in missing}
         table = self._computed(pa.Table.from_batches([batch]), supplied=given, identity=identity or IdentityAllocator())
@@ -377,9 +383,13 @@ class ConformSpec:
                 f"(start {spec.start}, step {spec.step}, high-water mark {spec.high_water_mark})",
                 rule="identityColumns",
             )
-        # low, low + step, ...: one numpy pass (the bounds were checked above, so no step overflows;
+        # low, low + step, ...: numpy in place (the bounds were checked above, so no step overflows;
         # Arrow's running sum over a repeated step was most of an identity append's extra cost)
-        generated = pa.array(low + spec.step * np.arange(missing, dtype=np.int64), pa.int64())
+        steps = np.arange(missing, dtype=np.int64)
+        if spec.step != 1:
+            steps *= spec.step
+        steps += low
+        generated = pa.array(steps, pa.int64())
         if missing == len(values):
             filled: Any = generated
         else:  # only the NULLs, in row order
