@@ -73,6 +73,8 @@ def _batches(spark: Any, source: str, checkpoint: str, **options: str) -> list[l
     return seen
 
 
+# Under soak: the killed-stream test below restarts after appends too, from a SIGKILL.
+@pytest.mark.soak
 def test_stream_to_table_every_row_once_across_appends_and_restarts(spark_ds: Any, tmp_path: Path) -> None:
     source, sink, checkpoint = str(tmp_path / "src"), str(tmp_path / "sink"), str(tmp_path / "ckpt")
     _append(source, 0, 10)

@@ -99,7 +99,10 @@ def check_mixed(spark: Any, table: Table, path: Path, start: int, history: mixed
     assert by_txnlog and len(committed) > len(by_txnlog), f"one side committed nothing: {history.conflicts}"
 
 
-@pytest.mark.parametrize("txnlog_in", ["threads", pytest.param("processes", marks=pytest.mark.soak)])
+# Under soak: the default suite's mixed-engine tests are the streams-and-DML, the load with a
+# compactor and the deterministic conflicts below; the long history (threads) is soak's too.
+@pytest.mark.soak
+@pytest.mark.parametrize("txnlog_in", ["threads", "processes"])
 def test_a_mixed_history_equals_the_serial_run_of_its_commits(delta_spark: Any, tmp_path: Path, txnlog_in: str) -> None:
     path = tmp_path / "t"
     table = mixed.create(path)
