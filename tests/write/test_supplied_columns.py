@@ -228,3 +228,17 @@ def test_an_append_of_given_ids_below_the_mark_commits_over_an_identity_only_win
     loser.commit()
     assert sorted(table.snapshot().to_arrow().column("id").to_pylist()) == [100, 105, 110, 120]
     assert _field_meta(table, "id")["delta.identity.highWaterMark"] == 120
+
+
+def test_an_empty_batch_keeps_the_types_of_the_columns_it_would_number_and_compute(tmp_path: Path) -> None:
+    """Missing identity and generated columns are untyped placeholders until computed; a batch
+    with no rows computes nothing, so its placeholders must keep the columns' types."""
+    from txnlog.write.conform import ConformSpec, IdentityAllocator
+
+    table = Table.create(str(tmp_path / "t"), pa.schema([identity_column("id"), pa.field("v", pa.int64()),
+                                                         generated_column("w", pa.int64(), "v * 2")]))
+    spec = ConformSpec.for_configuration(table.snapshot().table_configuration, str(tmp_path / "t"))
+    for rows in ([], [5]):
+        batch = spec.conform_batch(pa.record_batch({"v": pa.array(rows, pa.int64())}), IdentityAllocator())
+        assert {f.name: f.type for f in batch.schema} == {"v": pa.int64(), "id": pa.int64(), "w": pa.int64()}
+        assert batch.to_pylist() == [{"v": v, "id": 1, "w": v * 2} for v in rows]

@@ -304,8 +304,9 @@ class ConformSpec:
             return batch
         for column in missing:
             if column.fill in (Fill.IDENTITY, Fill.GENERATED):
-                # A placeholder _computed replaces: untyped NULLs hold no buffers to allocate.
-                field, values = (column.field.with_type(pa.null()), pa.nulls(batch.num_rows)) if computes else (
+                # A placeholder _computed replaces: untyped NULLs hold no buffers to allocate (an
+                # empty batch numbers nothing, so its placeholder keeps the column's type).
+                field, values = (column.field.with_type(pa.null()), pa.nulls(batch.num_rows)) if computes and batch.num_rows else (
                     column.field, pa.nulls(batch.num_rows, column.field.type))
             else:
                 field, values = column.field, self._fill(column, batch.num_rows)
