@@ -185,8 +185,8 @@ def _wait_for_port(port: int, procs: list[subprocess.Popen[bytes]], log: Path, t
 
 @pytest.fixture
 def standalone_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A master and workers (two unless parametrized) on 127.0.0.1, a core each; yields the
-    master URL; stops them by pid."""
+    """A master and its workers on 127.0.0.1 (two of one core each, or the ``(workers, cores)``
+    a test parametrizes); yields the master URL; stops them by pid."""
     workers, cores = (2, 1) if not hasattr(request, "param") else request.param
     spark_class = SPARK_HOME / "bin" / "spark-class"
     if not spark_class.exists():

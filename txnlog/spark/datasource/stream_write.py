@@ -127,19 +127,20 @@ def numbered_from_latest(write: SourceWrite) -> SourceWrite:
         assert txn.snapshot is not None
         version, planned, current = txn.snapshot.version, plan.context.table_configuration, txn.table_configuration
         marks = {name: i.high_water_mark for name, i in current.identity_columns.items() if i.high_water_mark is not None}
-        metadata = plan.metadata
-        if metadata is not None and not _same_table(planned, current, marks):
+        metadata, same = plan.metadata, _same_table(planned, current, marks)
+        if metadata is not None and not same:
             # Not evolved yet: the planned metadata with today's marks, checked as every evolution is.
             txn.update_metadata(schema=with_high_water_marks(metadata.schema_string, marks), partition_columns=metadata.partition_columns,
                                 automatic_widening_only=True)
             current, metadata = txn.table_configuration, txn.metadata
+            same = _same_table(planned, current, marks)
         else:
             metadata = None  # an earlier batch of this stream committed the evolution
     except TxnLogError as e:
         raise SchemaError(f"the stream to table {write.options.uri} cannot evolve its schema at version {version}: {e}") from None
     finally:
         txn.abort()
-    if not _same_table(planned, current, marks):
+    if not same:
         raise SchemaError(f"table {write.options.uri} changed its schema, partitioning or properties since the stream started (version "
                           f"{plan.read_version}, now {version}); restart the query to plan it again")
     context = dataclasses.replace(plan.context, table_configuration=current)
