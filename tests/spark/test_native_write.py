@@ -27,7 +27,7 @@ import txnlog
 import txnlog.spark as ts
 from tests.conftest import REPO_ROOT, session_confs
 from txnlog import properties as props
-from txnlog.errors import SchemaError
+from txnlog.errors import ProtocolViolationError, SchemaError
 from txnlog.file_facts import physical_name
 from txnlog.maintenance import vacuum
 from txnlog.schema import delta_field_metadata, generated_column, identity_column
@@ -128,6 +128,23 @@ def test_stats_from_sparks_footers_equal_txnlogs_own_column_by_column(spark: Any
     assert native_stats == python_stats
     assert "nan" not in python_stats[1]["maxValues"] and python_stats[1]["maxValues"]["s"] == CUT[:33] + "\ufffd"
     assert _rows(spark, native) == _rows(spark, python)
+
+
+def test_a_nan_anywhere_in_a_file_gives_the_stats_txnlogs_writer_gives(spark: Any, tmp_path: Path) -> None:
+    """Spark's writer counts nothing for NaN: its footers hold NaN as the max of a chunk with
+    one, wherever it is (first, last, every value), for doubles, floats and a double in a
+    struct, and those files' bounds are then read from the rows, as txnlog's writer gives them."""
+    nan = float("nan")
+    values = {"first": [nan, 1.0, -2.0], "last": [1.0, -2.0, nan], "only": [nan, nan, None], "none": [1.5, None, -2.0]}
+    rows = [(p, i, d, d, {"d": d}) for p, ds in values.items() for i, d in enumerate(ds)]
+    df = spark.createDataFrame(rows, "p string, i int, d double, f float, st struct<d: double>").repartition(1)
+    native, python = _both(spark, tmp_path, lambda uri: ts.write(df, uri, partition_by=["p"]))
+    native_stats, python_stats = _stats_by_file(native), _stats_by_file(python)
+    assert native_stats == python_stats
+    by_partition = {dict(p)["p"]: stats for p, stats in native_stats}
+    for p in ("first", "last", "only"):  # a NaN leaves no bounds (txnlog's rule), and no bound is guessed without it
+        assert "d" not in by_partition[p]["maxValues"] and "f" not in by_partition[p]["minValues"]
+    assert by_partition["none"]["maxValues"]["d"] == decimal.Decimal("1.5") and by_partition["none"]["minValues"]["st"]["d"] == -2
 
 
 def test_files_hold_physical_names_field_ids_micros_and_no_partition_column(spark: Any, tmp_path: Path) -> None:
@@ -264,23 +281,19 @@ def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_s
                          "generated": pa.schema([("id", pa.int64()), ("s", pa.string()), generated])}.items():
         uri = str(tmp_path / name)
         txnlog.Table.create(uri, schema)
-        assert unsupported(df, context(uri), data_change=True, require=None) == "identity or generated columns"
+        assert unsupported(df, context(uri), data_change=True) == "identity or generated columns"
         ts.write(df, uri)
         assert txnlog.Table(uri).snapshot().num_files == 1
         assert not any(f["path"].startswith("job-") for f in _files(uri))
         # A compaction copies the rows as they are: nothing to generate.
-        assert unsupported(df.withColumn("g", df.id * 2) if name == "generated" else df, context(uri), data_change=False, require=None) is None
-    checked = str(tmp_path / "checked")
-    ts.write(df, checked, properties={"delta.constraints.positive": "id > 0"})
-    assert unsupported(df, context(checked), data_change=True, require=None) == "CHECK constraints or invariants"
+        assert unsupported(df.withColumn("g", df.id * 2) if name == "generated" else df, context(uri), data_change=False) is None
     plain = str(tmp_path / "plain")
     ts.write(df, plain)
     ctx = context(plain)
-    assert unsupported(df, ctx, data_change=True, require="id > 0") == "replaceWhere's check of every written row"
-    assert unsupported(df, ctx, data_change=True, require=None, target_file_size=1 << 20) == "files cut at an explicit target size"
-    assert unsupported(df.selectExpr("cast(id as decimal(20, 0)) as id", "s"), ctx, data_change=True, require=None) == \
+    assert unsupported(df, ctx, data_change=True, target_file_size=1 << 20) == "files cut at an explicit target size"
+    assert unsupported(df.selectExpr("cast(id as decimal(20, 0)) as id", "s"), ctx, data_change=True) == \
         "column 'id' cast from decimal(20,0) to bigint"
-    assert unsupported(df.selectExpr("cast(id as int) as id", "s"), ctx, data_change=True, require=None) is None  # a widening
+    assert unsupported(df.selectExpr("cast(id as int) as id", "s"), ctx, data_change=True) is None  # a widening
 
 
 def test_nulls_in_a_not_null_column_are_refused_and_nothing_is_left(spark: Any, tmp_path: Path) -> None:
@@ -294,6 +307,37 @@ def test_nulls_in_a_not_null_column_are_refused_and_nothing_is_left(spark: Any, 
         ts.write(bad, uri)
     assert (str(native.value), native.value.field) == (str(python.value), python.value.field) == (str(native.value), "id")
     assert txnlog.Table(uri).latest_version() == 0
+
+
+@pytest.mark.parametrize("mapping", ["none", "name"])
+def test_check_constraints_and_replace_where_are_counted_natively_and_refused_as_the_python_tasks_refuse(
+        spark: Any, tmp_path: Path, mapping: str) -> None:
+    """A CHECK constraint over logical names (physical ones under column mapping), a NULL result
+    failing it: the native write refuses the same rows with the same error as the Python tasks,
+    and keeps nothing; a replaceWhere's rows are checked the same way."""
+    schema = "id long, p string, amount double"
+    properties = {"delta.constraints.positive": "amount > 0 AND p <> 'x'"}
+    if mapping != "none":
+        properties |= {"delta.columnMapping.mode": mapping}
+    good = spark.createDataFrame([(1, "a", 1.5), (2, "b", 2.0)], schema)
+    bad = spark.createDataFrame([(3, "a", 1.0), (4, "b", -1.0), (5, "x", 3.0), (6, "a", None)], schema)
+    errors = {}
+    for path in ("native", "python"):
+        uri = str(tmp_path / path)
+        with session_confs(spark, {NATIVE_WRITE_CONF: "auto" if path == "native" else "false"}):
+            ts.write(good, uri, partition_by=["p"], properties=properties)
+            with pytest.raises(ProtocolViolationError, match=r"CHECK constraint positive \(amount > 0 AND p <> 'x'\) is violated by 3 row") as e:
+                ts.write(bad, uri)
+            errors[path] = e.value
+            with pytest.raises(ProtocolViolationError, match=r"1 written row\(s\) do not match the replaceWhere condition .p = 'a'. ") as e:
+                ts.write(good, uri, mode="overwrite", replace_where="p = 'a'")
+            assert e.value.rule == "replaceWhere"
+            assert txnlog.Table(uri).latest_version() == 0
+            _assert_vacuum_leaves_only_the_table(uri)
+            assert ts.write(good.where("p = 'a'"), uri, mode="overwrite", replace_where="p = 'a'") is not None
+        assert sorted(r.id for r in ts.read(spark, uri).collect()) == [1, 2]
+        assert all(f["path"].startswith("job-") == (path == "native") for f in _files(uri))
+    assert errors["native"].rule == errors["python"].rule == "constraint:positive"
 
 
 def test_an_empty_write_leaves_no_file(spark: Any, tmp_path: Path) -> None:

@@ -19,9 +19,11 @@ give the same result: see :func:`unsupported`.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
@@ -31,7 +33,8 @@ from pyspark.sql import types as T
 
 from txnlog import AddFile, WriteContext
 from txnlog import properties as props
-from txnlog.errors import SchemaError, TxnLogError
+from txnlog.errors import ProtocolViolationError, SchemaError, TxnLogError
+from txnlog.expressions import FilePredicate
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, SparkJobError, column, hadoop_table_path, job_error, session_confs, spark_schema_of
 from txnlog.spark.conform import conformed, spark_types
@@ -69,16 +72,17 @@ _LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortTyp
 # Casts Spark makes exactly as txnlog's writer does (every value fits).
 _WIDENINGS = {"tinyint": {"smallint", "int", "bigint"}, "smallint": {"int", "bigint"}, "int": {"bigint"}, "float": {"double"}}
 _FOOTER_THREADS = 8
+# The row id columns' names between the two projections (never a table column's).
+_STAGED_ROW_ID, _STAGED_COMMIT_VERSION = "_txnlog_staged_row_id", "_txnlog_staged_row_commit_version"
 
 
-def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, require: str | None, target_file_size: int | None = None) -> str | None:
+def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
-    write it then), or None. Not yet native: identity and generated columns, CHECK constraints
-    and invariants, replaceWhere's row check, NOT NULL inside structs, partition columns other
-    than strings, integers, booleans and dates, casts other than exact widenings, files cut at
-    an explicit ``target_file_size`` (Spark writes one file per task and partition, as
-    delta-spark does), tables in ``memory://``, and tables outside the local file system unless
-    :data:`NATIVE_WRITE_CONF` is ``true``."""
+    write it then), or None. Not yet native: identity and generated columns, NOT NULL inside
+    structs, partition columns other than strings, integers, booleans and dates, casts other
+    than exact widenings, files cut at an explicit ``target_file_size`` (Spark writes one file
+    per task and partition, as delta-spark does), tables in ``memory://``, and tables outside
+    the local file system unless :data:`NATIVE_WRITE_CONF` is ``true``."""
     setting = (df.sparkSession.conf.get(NATIVE_WRITE_CONF, "auto") or "auto").lower()
     if setting == "false":
         return f"{NATIVE_WRITE_CONF}=false"
@@ -88,15 +92,11 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, require:
         # The Python tasks reach an object store with the write's storage options; Spark's writer
         # needs the session's own Hadoop file system and credentials for it, so it is opted into.
         return f"a table outside the local file system (set {NATIVE_WRITE_CONF}=true when Spark's Hadoop reaches it)"
-    if require is not None:
-        return "replaceWhere's check of every written row"
     if target_file_size is not None:
         return "files cut at an explicit target size"
     spec = ctx.conform_spec
     if data_change and any(c.fill in (Fill.IDENTITY, Fill.GENERATED) for c in spec.columns):
         return "identity or generated columns"
-    if ctx.constraints():
-        return "CHECK constraints or invariants"
     types = spark_types(spec)
     partitions = {c.lower() for c in ctx.partition_columns}
     for name, kind in types.items():
@@ -173,9 +173,11 @@ def write_native(
     partition_by: Sequence[str] | None,
     data_change: bool,
     preserve_row_ids: bool,
+    require: str | None = None,
 ) -> list[AddFile]:
     """Write ``df`` (already checked against the table, :func:`unsupported` None) as data files
-    of the table ``ctx`` describes with Spark's Parquet writer; their ``AddFile`` records."""
+    of the table ``ctx`` describes with Spark's Parquet writer; their ``AddFile`` records.
+    ``require``: a replaceWhere every row must match (ProtocolViolationError, nothing kept)."""
     spark = df.sparkSession
     spec = ctx.conform_spec
     config = ctx.table_configuration
@@ -188,22 +190,29 @@ def write_native(
     values = conformed(spec, kind, supplied, previous=previous, types={n: f.dataType for n, f in logical.items()})
     values.pop(ROW_ID, None)
     values.pop(ROW_COMMIT_VERSION, None)
+    # The rows with the table's logical columns first: NOT NULL, CHECK constraints and a
+    # replaceWhere are counted on them (their SQL names logical columns), then renamed.
+    staged = [value.alias(name) for name, value in values.items()]
+    if preserve_row_ids:
+        staged += [column(ROW_ID).cast("long").alias(_STAGED_ROW_ID), column(ROW_COMMIT_VERSION).cast("long").alias(_STAGED_COMMIT_VERSION)]
+    rows = df.select(*staged)
+    checks = _checks(ctx, logical, require)
+    observation = Observation("txnlog native write") if checks else None
+    if observation is not None:
+        rows = rows.observe(observation, *[check.count.alias(f"check{i}") for i, check in enumerate(checks)])
     select: list[Column] = []
-    for name, value in values.items():
+    for name in values:
         field = logical[name]
+        value = column(name)
         if mapped and _has_nested_mapping(field.dataType):
             value = value.cast(_physical_type(field.dataType, mapped))
         select.append(value.alias(_physical_name(field, mapped), metadata=_field_id(field, mapped)))
     if preserve_row_ids:
         hidden = config.row_id_columns(f"table {ctx.table_uri}")
-        select += [column(ROW_ID).cast("long").alias(hidden.row_id), column(ROW_COMMIT_VERSION).cast("long").alias(hidden.row_commit_version)]
+        select += [column(_STAGED_ROW_ID).alias(hidden.row_id), column(_STAGED_COMMIT_VERSION).alias(hidden.row_commit_version)]
     partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
     repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
-    out = df.select(*select)
-    checks = _checks(ctx, logical, mapped)
-    observation = Observation("txnlog native write") if checks else None
-    if observation is not None:
-        out = out.observe(observation, *[expr.alias(f"check{i}") for i, (_, expr) in enumerate(checks)])
+    out = rows.select(*select)
     if repartition_by:
         out = out.repartition(*[column(k) for k in repartition_by])
 
@@ -228,15 +237,15 @@ def write_native(
         raise job_error(e, job) from e
     try:
         results = _observed(observation)
-        counts = {what: int(results.get(f"check{i}") or 0) for i, (what, _) in enumerate(checks)} if results is not None else {}
-        for (check, name), count in counts.items():
-            if check == "null" and count:
-                raise SchemaError(f"non-nullable column '{name}' has {count} null values", field=name)
-        nan_free = results is not None and not any(count for (check, _), count in counts.items() if check == "nan")
-        added = _added_files(store, directory, ctx, data_change=data_change, nan_free=nan_free)
+        if results is not None:
+            for i, check in enumerate(checks):
+                count = int(results.get(f"check{i}") or 0)
+                if count:
+                    raise check.error(count, _example(rows, check.failing) if check.with_example else "")
+        added = _added_files(store, directory, ctx, data_change=data_change)
         if results is None and added:
-            raise SparkJobError(f"{job}: Spark reported no counts of the written rows (NOT NULL, NaN) although it wrote "
-                                f"{len(added)} file(s); nothing is committed")
+            raise SparkJobError(f"{job}: Spark reported no counts of the written rows (NOT NULL, CHECK constraints, replaceWhere) "
+                                f"although it wrote {len(added)} file(s); nothing is committed")
         return added
     except BaseException:
         _delete_directory(store, directory)
@@ -261,39 +270,61 @@ def _table_name(spec: Any, name: str) -> str:
     return str(found.name)
 
 
-def _checks(ctx: WriteContext, logical: Mapping[str, Any], mapped: bool) -> list[tuple[tuple[str, str], Column]]:
-    """What the written rows must be counted for, with the expression counting it over the
-    physical columns: nulls in NOT NULL columns (txnlog's writer refuses them), and NaN in
-    float stats columns (a footer cannot say whether one was written)."""
-    out: list[tuple[tuple[str, str], Column]] = []
-    for name, field in logical.items():
-        if not field.nullable:
-            out.append((("null", name), F.count_if(column(_physical_name(field, mapped)).isNull())))
-    for path in ctx.stats_columns:
-        field = logical.get(path[0])
-        if field is None:
-            continue
-        expr = column(_physical_name(field, mapped))
-        kind = field.dataType
-        for name in path[1:]:
-            if not isinstance(kind, T.StructType) or name not in kind.names:
-                kind = None
-                break
-            child = kind[name]
-            expr, kind = expr.getField(_physical_name(child, mapped)), child.dataType
-        out += [(("nan", ".".join(path)), F.count_if(F.isnan(e))) for e in _float_leaves(expr, kind, mapped)]
+@dataclass(frozen=True)
+class _Check:
+    """A rule every written row must keep: ``failing`` is true on the rows breaking it (over the
+    logical columns), and ``error(count, example)`` is what the Python tasks raise for them
+    (``example``: ``", e.g. {row}"`` or nothing)."""
+
+    failing: Column
+    error: Callable[[int, str], TxnLogError]
+    with_example: bool = True
+
+    @property
+    def count(self) -> Column:
+        return F.count_if(self.failing)
+
+
+def _null_error(name: str, count: int, _example: str) -> TxnLogError:
+    return SchemaError(f"non-nullable column '{name}' has {count} null values", field=name)
+
+
+def _constraint_error(name: str, sql: str, count: int, example: str) -> TxnLogError:
+    return ProtocolViolationError(f"CHECK constraint {name} ({sql}) is violated by {count} row(s){example}", rule=f"constraint:{name}")
+
+
+def _replace_where_error(condition: str, table: str, count: int, example: str) -> TxnLogError:
+    return ProtocolViolationError(f"{count} written row(s) do not match the replaceWhere condition {condition!r} of table {table}{example}",
+                                  rule="replaceWhere")
+
+
+def _checks(ctx: WriteContext, logical: Mapping[str, Any], require: str | None) -> list[_Check]:
+    """What the written rows are counted for: nulls in NOT NULL columns, rows failing a CHECK
+    constraint or invariant, rows outside a replaceWhere; each refused as txnlog's writer
+    refuses it. A constraint's SQL is parsed by txnlog first (its errors, before any row) and
+    evaluated by Spark, which also decides delta-spark's own writes; a NULL result fails it.
+    NaN needs no count: parquet-java's footers show it (:func:`txnlog.write.parquet_file_stats`)."""
+    out = [_Check(column(name).isNull(), functools.partial(_null_error, name), with_example=False)
+           for name, field in logical.items() if not field.nullable]
+    for name, predicate in ctx.constraints():
+        out.append(_Check(~F.coalesce(F.expr(predicate.sql), F.lit(False)), functools.partial(_constraint_error, name, predicate.sql)))
+    if require is not None:
+        FilePredicate(require, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)  # txnlog's errors first
+        out.append(_Check(~F.coalesce(F.expr(require), F.lit(False)), functools.partial(_replace_where_error, require, ctx.table_uri)))
     return out
 
 
-def _float_leaves(expr: Column, kind: Any, mapped: bool) -> list[Column]:
-    if isinstance(kind, T.FloatType | T.DoubleType):
-        return [expr]
-    if isinstance(kind, T.StructType):
-        return [leaf for f in kind.fields for leaf in _float_leaves(expr.getField(_physical_name(f, mapped)), f.dataType, mapped)]
-    return []
+def _example(rows: DataFrame, failing: Column) -> str:
+    """``, e.g. {row}`` for one row of ``rows`` that ``failing`` holds on (the error path runs
+    the rows again), or nothing when none comes back."""
+    try:
+        found = rows.where(failing).limit(1).collect()
+    except SPARK_FAILURES:
+        return ""
+    return f", e.g. {found[0].asDict(recursive=True)}" if found else ""
 
 
-def _added_files(store: LogStore, directory: str, ctx: WriteContext, *, data_change: bool, nan_free: bool) -> list[AddFile]:
+def _added_files(store: LogStore, directory: str, ctx: WriteContext, *, data_change: bool) -> list[AddFile]:
     """An ``AddFile`` for each data file the job left in ``directory`` (empty ones deleted)."""
     config = ctx.table_configuration
     listed = [info for info in store.walk_files(directory)
@@ -306,7 +337,7 @@ def _added_files(store: LogStore, directory: str, ctx: WriteContext, *, data_cha
                 parquet = pq.ParquetFile(stream)
                 if parquet.metadata.num_rows == 0:
                     return None
-                stats = parquet_file_stats(parquet, config.schema, ctx.stats_columns, mapped=config.is_column_mapped, nan_free=nan_free)
+                stats = parquet_file_stats(parquet, config.schema, ctx.stats_columns, mapped=config.is_column_mapped, nan_in_max=True)
             except TxnLogError:
                 raise
             except Exception as e:  # pyarrow's errors for a file it cannot read

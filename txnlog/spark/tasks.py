@@ -124,9 +124,9 @@ def write_files(
             raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
         ctx = dataclasses.replace(ctx, target_file_size=int(target_file_size))
     check_schema(df, ctx, extra=(ROW_ID, ROW_COMMIT_VERSION) if preserve_row_ids else ())
-    fallback = unsupported(df, ctx, data_change=data_change, require=require, target_file_size=target_file_size)
+    fallback = unsupported(df, ctx, data_change=data_change, target_file_size=target_file_size)
     if fallback is None:
-        return write_native(df, ctx, partition_by=partition_by, data_change=data_change, preserve_row_ids=preserve_row_ids)
+        return write_native(df, ctx, partition_by=partition_by, data_change=data_change, preserve_row_ids=preserve_row_ids, require=require)
     logger.debug("data files of table %s written by Python tasks: %s", ctx.table_uri, fallback)
     if data_change and any(c.identity is not None for c in ctx.conform_spec.columns):
         # Identity values: a region of indexes reserved here, split among the tasks by partition index.

@@ -337,8 +337,12 @@ def file_stats(data: pa.Table | pa.RecordBatch, columns: list[ColumnPath], *, ma
 _DECIMAL_CONTEXT = decimal.Context(prec=80)
 
 
+# The ``created_by`` of parquet-java's files, whose float statistics order NaN above every number.
+_PARQUET_JAVA = "parquet-mr "
+
+
 def parquet_file_stats(file: pq.ParquetFile, schema: pa.Schema, columns: Sequence[ColumnPath], *, mapped: bool = False,
-                       nan_free: bool = False) -> str:
+                       nan_in_max: bool = False) -> str:
     """The stats JSON of a data file another writer (Spark's) wrote in the table's layout:
     the JSON :func:`file_stats` gives for the file's rows, by the same rules.
 
@@ -346,10 +350,12 @@ def parquet_file_stats(file: pq.ParquetFile, schema: pa.Schema, columns: Sequenc
     the file holds the physical names. Each leaf is taken from the footer where the footer is
     exact: null counts of columns reached through structs only, and min/max of integers, dates,
     microsecond timestamps, decimals and strings (full values, cut here as :func:`file_stats`
-    cuts them). Floats take the footer's bounds only when ``nan_free`` (the writer knows that no
-    NaN was written: a footer cannot say so). Any other leaf, or one whose footer lacks a
-    statistic (Parquet writers drop large values' bounds), is read from the file and aggregated
-    as :func:`file_stats` aggregates it.
+    cuts them). Floats take the footer's bounds only when ``nan_in_max`` and the file is
+    parquet-java's (Spark's writer): it orders NaN above every number, so a chunk holding one
+    has NaN for its max, and a numeric max means no NaN was written. Other writers leave NaN out
+    of the bounds, so a footer of theirs cannot say whether one was written. Any other leaf, or
+    one whose footer lacks a statistic (Parquet writers drop large values' bounds), is read from
+    the file and aggregated as :func:`file_stats` aggregates it.
     """
     collector = StatsCollector(schema, columns, mapped=mapped)
     metadata = file.metadata
@@ -357,8 +363,9 @@ def parquet_file_stats(file: pq.ParquetFile, schema: pa.Schema, columns: Sequenc
     if not metadata.num_rows:
         return collector.to_json()
     leaves = _parquet_leaves(file.schema_arrow)
+    nan_in_max = nan_in_max and (metadata.created_by or "").startswith(_PARQUET_JAVA)
     unread = [leaf for leaf, indices in zip(collector._leaves, collector._indices)
-              if indices is not None and not _from_footer(leaf, metadata, leaves.get(leaf.keys), nan_free)]
+              if indices is not None and not _from_footer(leaf, metadata, leaves.get(leaf.keys), nan_in_max)]
     if unread:
         table = file.read(columns=sorted({leaf.keys[0] for leaf in unread}))
         for leaf in unread:
@@ -391,10 +398,10 @@ def _parquet_leaves(schema: pa.Schema) -> dict[ColumnPath, int]:
     return out
 
 
-def _from_footer(leaf: _Leaf, metadata: pq.FileMetaData, index: int | None, nan_free: bool) -> bool:
+def _from_footer(leaf: _Leaf, metadata: pq.FileMetaData, index: int | None, nan_in_max: bool) -> bool:
     """Fill ``leaf`` from the footer's statistics of Parquet column ``index``; False (``leaf``
     untouched) where they do not give exactly what reading the rows would."""
-    if index is None or (leaf.kind == "float" and not nan_free):
+    if index is None or (leaf.kind == "float" and not nan_in_max):
         return False
     nulls = 0
     bounds: list[tuple[Any, Any]] = []
