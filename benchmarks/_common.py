@@ -143,3 +143,23 @@ def is_built(path: Path, params: Mapping[str, Any]) -> bool:
 
 def mark_built(path: Path, params: Mapping[str, Any]) -> None:
     (path / ".bench-built.json").write_text(json.dumps(dict(params)))
+
+
+def spark_with_delta(app: str, *, connect: bool = False) -> Any:
+    """A local[2] SparkSession with delta-spark in it (jars from ``TXNLOG_DELTA_JARS_DIR``).
+    ``connect``: Spark 4's Connect API mode, a local Connect server the session talks to over
+    gRPC, as a Connect client would."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import txnlog.spark as ts
+
+    builder = (
+        SparkSession.builder.master("local[2]").appName(app).config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "3g").config("spark.driver.host", "127.0.0.1").config("spark.log.level", "ERROR")
+    )
+    if connect:
+        builder = builder.config("spark.api.mode", "connect")
+    return ts.with_delta(builder).getOrCreate()

@@ -38,6 +38,7 @@ from _common import (
     paired_ratio,
     ratio,
     setup_logging,
+    spark_with_delta,
     verdict,
 )
 from bench_spark import COLUMNS  # the 5 columns of issue 8's tables
@@ -47,17 +48,6 @@ from txnlog.spark.delta import DELTA_READER_CONF
 from txnlog.spark.native import NATIVE_WRITE_CONF
 
 FULL = ["count(*)", "sum(id)", "sum(k)", "sum(v)", "max(s)", "max(ts)"]
-
-
-def _session() -> Any:
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master("local[2]").appName("bench-spark-native").config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC").config("spark.driver.memory", "3g")
-        .config("spark.driver.host", "127.0.0.1")
-    )
-    return ts.with_delta(builder).getOrCreate()
 
 
 def _with_conf(spark: Any, key: str, value: str, fn: Any) -> Any:
@@ -166,10 +156,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skip-writes", action="store_true")
     parser.add_argument("--skip-reads", action="store_true")
+    parser.add_argument("--connect", action="store_true", help="through Spark Connect (a local Connect server)")
     args = parser.parse_args()
     setup_logging()
-    spark = _session()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = spark_with_delta("bench-spark-native", connect=args.connect)
     work = WORK_DIR / f"spark-native-{args.rows}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -178,7 +168,7 @@ def main() -> None:
     if not args.skip_writes:
         rows += writes(spark, args.rows, args.rounds, work)
     print(machine_line())
-    print(f"load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; {args.rounds} rounds")
+    print(f"{'Spark Connect' if args.connect else 'classic session'}; load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; {args.rounds} rounds")
     print(markdown_table(["work", "txnlog", "spark.read/write.parquet", "delta-spark", "vs parquet (goal)", "vs delta-spark (goal)"], rows))
     shutil.rmtree(work, ignore_errors=True)
 
