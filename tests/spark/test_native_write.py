@@ -275,18 +275,14 @@ def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_s
     def context(uri: str) -> txnlog.WriteContext:
         return txnlog.WriteContext.for_snapshot(txnlog.Table(uri).snapshot())
 
-    identity = identity_column("id", generated="by default")
-    generated = generated_column("g", pa.int64(), "id * 2")
-    for name, schema in {"identity": pa.schema([identity, ("s", pa.string())]),
-                         "generated": pa.schema([("id", pa.int64()), ("s", pa.string()), generated])}.items():
-        uri = str(tmp_path / name)
-        txnlog.Table.create(uri, schema)
-        assert unsupported(df, context(uri), data_change=True) == "identity or generated columns"
-        ts.write(df, uri)
-        assert txnlog.Table(uri).snapshot().num_files == 1
-        assert not any(f["path"].startswith("job-") for f in _files(uri))
-        # A compaction copies the rows as they are: nothing to generate.
-        assert unsupported(df.withColumn("g", df.id * 2) if name == "generated" else df, context(uri), data_change=False) is None
+    uri = str(tmp_path / "generated")
+    txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("s", pa.string()), generated_column("g", pa.int64(), "id * 2")]))
+    assert unsupported(df, context(uri), data_change=True) == "generated columns"
+    ts.write(df, uri)
+    assert txnlog.Table(uri).snapshot().num_files == 1
+    assert not any(f["path"].startswith("job-") for f in _files(uri))
+    # A compaction copies the rows as they are: nothing to generate.
+    assert unsupported(df.withColumn("g", df.id * 2), context(uri), data_change=False) is None
     plain = str(tmp_path / "plain")
     ts.write(df, plain)
     ctx = context(plain)
@@ -338,6 +334,50 @@ def test_check_constraints_and_replace_where_are_counted_natively_and_refused_as
         assert sorted(r.id for r in ts.read(spark, uri).collect()) == [1, 2]
         assert all(f["path"].startswith("job-") == (path == "native") for f in _files(uri))
     assert errors["native"].rule == errors["python"].rule == "constraint:positive"
+
+
+def _identity_marks(uri: str) -> dict[str, int]:
+    schema = txnlog.Table(uri).snapshot().table_configuration
+    return {name: i.high_water_mark for name, i in schema.identity_columns.items() if i.high_water_mark is not None}
+
+
+def test_identity_values_are_numbered_natively_unique_across_tasks_and_past_the_mark(spark: Any, tmp_path: Path) -> None:
+    """GENERATED ALWAYS (start 10, step -3) and BY DEFAULT columns written by Spark's Parquet
+    writer from 4 tasks, twice: every value unique, on the column's step, beyond the previous
+    mark, given BY DEFAULT values kept; the marks are the furthest values."""
+    uri = str(tmp_path / "t")
+    txnlog.Table.create(uri, pa.schema([identity_column("id", start=10, step=-3), identity_column("ref", generated="by default"),
+                                        ("v", pa.int64())]))
+    first = spark.range(0, 1000, 1, 4).selectExpr("id as v", "if(id % 10 = 0, 5000 + id, null) as ref")
+    ts.write(first, uri)
+    marks = _identity_marks(uri)
+    ts.write(spark.range(1000, 1600, 1, 3).selectExpr("id as v"), uri)
+    rows = ts.read(spark, uri).collect()
+    assert all(f["path"].startswith("job-") for f in _files(uri)), "the native path wrote the files"
+    ids = [r.id for r in rows]
+    assert len(rows) == 1600 and len(set(ids)) == 1600 and all((10 - i) % 3 == 0 and i <= 10 for i in ids)
+    given = {r.v: r.ref for r in rows if r.v < 1000 and r.v % 10 == 0}
+    assert given == {v: 5000 + v for v in range(0, 1000, 10)}
+    refs = [r.ref for r in rows]
+    assert None not in refs and len(set(refs)) == len(refs)
+    second = [r.id for r in rows if r.v >= 1000]
+    assert max(second) < marks["id"], "the second write's ids are past the first's mark"
+    assert _identity_marks(uri)["id"] == min(ids)
+
+
+def test_an_identity_overflow_is_refused_natively_as_by_the_python_tasks(spark: Any, tmp_path: Path) -> None:
+    df = spark.range(0, 50, 1, 2).selectExpr("id as v")
+    errors = {}
+    for path in ("native", "python"):
+        uri = str(tmp_path / path)
+        txnlog.Table.create(uri, pa.schema([identity_column("id", start=(1 << 63) - 40), ("v", pa.int64())]))
+        with session_confs(spark, {NATIVE_WRITE_CONF: "auto" if path == "native" else "false"}):
+            with pytest.raises(ProtocolViolationError, match="identity column 'id' of table .* overflows") as e:
+                ts.write(df, uri)
+        errors[path] = e.value
+        assert txnlog.Table(uri).latest_version() == 0
+        _assert_vacuum_leaves_only_the_table(uri)
+    assert errors["native"].rule == errors["python"].rule == "identityColumns"
 
 
 def test_an_empty_write_leaves_no_file(spark: Any, tmp_path: Path) -> None:

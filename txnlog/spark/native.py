@@ -39,9 +39,14 @@ from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, SparkJobError, column, hadoop_table_path, job_error, session_confs, spark_schema_of
 from txnlog.spark.conform import conformed, spark_types
 from txnlog.write import (
+    MAX_TASKS,
+    TASK_SPAN,
     Fill,
+    IdentityAllocator,
     RowKind,
     encode_log_path,
+    identity_overflow,
+    last_identity_index,
     output_directory,
     parquet_file_stats,
     written_partition_values,
@@ -74,11 +79,13 @@ _WIDENINGS = {"tinyint": {"smallint", "int", "bigint"}, "smallint": {"int", "big
 _FOOTER_THREADS = 8
 # The row id columns' names between the two projections (never a table column's).
 _STAGED_ROW_ID, _STAGED_COMMIT_VERSION = "_txnlog_staged_row_id", "_txnlog_staged_row_commit_version"
+# Each row's task and Spark id, for numbering identity values.
+_TASK, _POSITION = "_txnlog_identity_task", "_txnlog_identity_position"
 
 
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
-    write it then), or None. Not yet native: identity and generated columns, NOT NULL inside
+    write it then), or None. Not yet native: generated columns, NOT NULL inside
     structs, partition columns other than strings, integers, booleans and dates, casts other
     than exact widenings, files cut at an explicit ``target_file_size`` (Spark writes one file
     per task and partition, as delta-spark does), tables in ``memory://``, and tables outside
@@ -95,8 +102,8 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     if target_file_size is not None:
         return "files cut at an explicit target size"
     spec = ctx.conform_spec
-    if data_change and any(c.fill in (Fill.IDENTITY, Fill.GENERATED) for c in spec.columns):
-        return "identity or generated columns"
+    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns):
+        return "generated columns"
     types = spark_types(spec)
     partitions = {c.lower() for c in ctx.partition_columns}
     for name, kind in types.items():
@@ -190,6 +197,10 @@ def write_native(
     values = conformed(spec, kind, supplied, previous=previous, types={n: f.dataType for n, f in logical.items()})
     values.pop(ROW_ID, None)
     values.pop(ROW_COMMIT_VERSION, None)
+    overflows: dict[str, TxnLogError] = {}
+    if kind is RowKind.INSERT and any(c.identity is not None for c in spec.columns):
+        df, numbered, overflows = _numbered(df, ctx)
+        values |= {name: F.coalesce(values[name], value) for name, value in numbered.items()}
     # The rows with the table's logical columns first: NOT NULL, CHECK constraints and a
     # replaceWhere are counted on them (their SQL names logical columns), then renamed.
     staged = [value.alias(name) for name, value in values.items()]
@@ -234,6 +245,9 @@ def write_native(
             writer.parquet(target)
     except SPARK_FAILURES as e:
         _delete_directory(store, directory)  # what Spark's abort left (a killed job's files wait for vacuum)
+        overflow = next((error for mark, error in overflows.items() if mark in str(e)), None)
+        if overflow is not None:
+            raise overflow from None
         raise job_error(e, job) from e
     try:
         results = _observed(observation)
@@ -268,6 +282,33 @@ def _table_name(spec: Any, name: str) -> str:
     if found is None:
         raise SchemaError(f"partition column '{name}' is not a column of table {spec.table_uri}", field=name)
     return str(found.name)
+
+
+def _numbered(df: DataFrame, ctx: WriteContext) -> tuple[DataFrame, dict[str, Column], dict[str, TxnLogError]]:
+    """Identity values as Spark expressions, numbered as the Python tasks number them: the task
+    with partition index ``p`` takes the indexes ``region + p * TASK_SPAN + k`` of a region
+    reserved on the driver (:meth:`IdentityAllocator.for_tasks`), ``k`` counting its rows, so no
+    two tasks overlap. ``df`` comes back with each row's task and position (computed once: they
+    are nondeterministic); then each identity column's value, and the error Spark's failure
+    text names when a value would pass a long or a task its span."""
+    region = (ctx.identity or IdentityAllocator()).for_tasks().task_region
+    assert region is not None
+    df = df.select("*", F.spark_partition_id().cast("long").alias(_TASK), F.monotonically_increasing_id().alias(_POSITION))
+    task = column(_TASK)
+    row = column(_POSITION) - F.shiftleft(task, 33)  # Spark's id is the partition index << 33 plus the row's position
+    index = F.lit(region) + task * F.lit(TASK_SPAN) + row
+    values: dict[str, Column] = {}
+    errors: dict[str, TxnLogError] = {}
+    for spec in ctx.conform_spec.columns:
+        identity = spec.identity
+        if identity is None:
+            continue
+        mark = f"[txnlog identity overflow {len(errors)}]"
+        errors[mark] = identity_overflow(spec.name, ctx.table_uri, identity)
+        past = (row >= TASK_SPAN) | (task >= MAX_TASKS) | (index > F.lit(last_identity_index(identity)))
+        value = F.lit(identity.next_value) + F.lit(identity.step) * index
+        values[spec.name] = F.when(past, F.raise_error(F.lit(mark))).otherwise(value)
+    return df, values, errors
 
 
 @dataclass(frozen=True)

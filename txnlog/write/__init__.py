@@ -5,7 +5,17 @@ This ``__all__`` is what engines may use; the modules behind it are the core's o
 """
 
 from txnlog.write.changes import CHANGE_DATA_DIR, write_change_files
-from txnlog.write.conform import ColumnSpec, ConformSpec, Fill, IdentityAllocator, RowKind
+from txnlog.write.conform import (
+    MAX_TASKS,
+    TASK_SPAN,
+    ColumnSpec,
+    ConformSpec,
+    Fill,
+    IdentityAllocator,
+    RowKind,
+    identity_overflow,
+    last_identity_index,
+)
 from txnlog.write.context import WriteContext, WrittenFiles
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows, union_rows, write_deletion_vectors
 from txnlog.write.parquet import (
@@ -22,7 +32,9 @@ from txnlog.write.stats import StatsCollector, file_stats, parquet_file_stats
 
 __all__ = [
     "CHANGE_DATA_DIR",
+    "MAX_TASKS",
     "OUTPUT_DIRECTORY",
+    "TASK_SPAN",
     "ArrowData",
     "ColumnSpec",
     "ConformSpec",
@@ -38,6 +50,8 @@ __all__ = [
     "delete_rows",
     "encode_log_path",
     "file_stats",
+    "identity_overflow",
+    "last_identity_index",
     "output_directory",
     "parquet_file_stats",
     "union_rows",

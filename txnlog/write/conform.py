@@ -109,12 +109,33 @@ class IdentityAllocator:
                                          rule="identityColumns")
         return self._region + _task_index() * TASK_SPAN + first
 
+    @property
+    def task_region(self) -> int | None:
+        """The first index of the region this tasks' allocator hands out from (task ``p`` from
+        ``task_region + p * TASK_SPAN``); None for an allocator that is not one."""
+        return self._region
+
     def for_tasks(self) -> IdentityAllocator:
         """An allocator for the tasks of one Spark write: a region of ``MAX_TASKS * TASK_SPAN``
         indexes reserved here, on the driver (itself when it is already one)."""
         if self._region is not None:
             return self
         return IdentityAllocator(region=self.take(MAX_TASKS * TASK_SPAN))
+
+
+def last_identity_index(identity: Identity) -> int:
+    """The largest index ``k`` whose value ``next + step * k`` fits a long (negative when not
+    even the next one does)."""
+    room = LONG_MAX - identity.next_value if identity.step > 0 else identity.next_value - LONG_MIN
+    return room // abs(identity.step)
+
+
+def identity_overflow(column: str, table_uri: str, identity: Identity) -> ProtocolViolationError:
+    return ProtocolViolationError(
+        f"identity column '{column}' of table {table_uri} overflows: the next values would pass the range of a long "
+        f"(start {identity.start}, step {identity.step}, high-water mark {identity.high_water_mark})",
+        rule="identityColumns",
+    )
 
 
 def _task_index() -> int:
@@ -379,11 +400,7 @@ class ConformSpec:
         spec = column.identity
         low, high = spec.next_value + spec.step * first, spec.next_value + spec.step * (first + missing - 1)
         if not (LONG_MIN <= low <= LONG_MAX and LONG_MIN <= high <= LONG_MAX):
-            raise ProtocolViolationError(
-                f"identity column '{column.name}' of table {self.table_uri} overflows: the next values would pass the range of a long "
-                f"(start {spec.start}, step {spec.step}, high-water mark {spec.high_water_mark})",
-                rule="identityColumns",
-            )
+            raise identity_overflow(column.name, self.table_uri, spec)
         # low, low + step, ...: numpy in place (the bounds were checked above, so no step overflows;
         # Arrow's running sum over a repeated step was most of an identity append's extra cost)
         steps = np.arange(missing, dtype=np.int64)
