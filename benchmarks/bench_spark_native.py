@@ -168,7 +168,7 @@ def main() -> None:
     if not args.skip_writes:
         rows += writes(spark, args.rows, args.rounds, work)
     print(machine_line())
-    print(f"{'Spark Connect' if args.connect else 'classic session'}; load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; {args.rounds} rounds")
+    print(f"{type(spark).__module__}.{type(spark).__name__}; load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; {args.rounds} rounds")
     print(markdown_table(["work", "txnlog", "spark.read/write.parquet", "delta-spark", "vs parquet (goal)", "vs delta-spark (goal)"], rows))
     shutil.rmtree(work, ignore_errors=True)
 

@@ -242,7 +242,7 @@ def main() -> None:
     if "stream" in only:
         rows += bench_stream(spark, args.batches, 1000)
     print(machine_line())
-    print(f"{'Spark Connect' if args.connect else 'classic session'}; load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; {args.rounds} rounds")
+    print(f"{type(spark).__module__}.{type(spark).__name__}; load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; {args.rounds} rounds")
     print(markdown_table(["work", "txnlog", "delta-spark", "ratio", "goal"], rows))
     shutil.rmtree(BASE, ignore_errors=True)
 
