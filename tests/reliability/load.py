@@ -431,6 +431,10 @@ def moto_server() -> tuple[Any, dict[str, str]]:
 
     from moto.server import ThreadedMotoServer
 
+    from tests.moto_atomic import make_conditional_writes_atomic
+
+    make_conditional_writes_atomic()  # S3 decides put-if-absent atomically; moto 5 alone does not
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -81,6 +81,9 @@ def moto_s3() -> Iterator[dict[str, str]]:
     pytest.importorskip("s3fs")
     from moto.server import ThreadedMotoServer
 
+    from tests.moto_atomic import make_conditional_writes_atomic
+
+    make_conditional_writes_atomic()
     saved = {k: os.environ.get(k) for k in _MOTO_ENV}
     os.environ.update(_MOTO_ENV)
     port = free_port()

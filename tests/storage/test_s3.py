@@ -29,6 +29,43 @@ def test_contract(s3_store: s3.S3LogStore, contract_check: Callable[..., None]) 
     contract_check(s3_store)
 
 
+def test_the_suites_moto_server_decides_put_if_absent_atomically(s3_store: s3.S3LogStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto 5 checks ``If-None-Match`` and stores the object in two steps; S3 decides one key's
+    conditional write atomically. Two writers racing for one commit file, each held between
+    moto's check and its write, must give one winner and one FileAlreadyExistsError, or the
+    load tests would see commits acknowledged twice (tests/moto_atomic.py)."""
+    import time
+
+    from moto.s3.models import S3Backend
+
+    original = S3Backend.get_object
+
+    def slow_check(self: S3Backend, bucket: str, key: str, *args: object, **kwargs: object) -> object:
+        found = original(self, bucket, key, *args, **kwargs)
+        if key.endswith(V0) and found is None:
+            time.sleep(0.3)  # the window between the check and the write, held open
+        return found
+
+    monkeypatch.setattr(S3Backend, "get_object", slow_check)
+    winners: list[int] = []
+    losers: list[int] = []
+
+    def put(i: int) -> None:
+        try:
+            s3_store.put_if_absent(V0, f"writer {i}".encode())
+            winners.append(i)
+        except FileAlreadyExistsError:
+            losers.append(i)
+
+    threads = [threading.Thread(target=put, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1 and len(losers) == 1
+    assert s3_store.read(V0) == f"writer {winners[0]}".encode()
+
+
 def test_list_from_pages_and_starts_at_start_name(s3_store: s3.S3LogStore, monkeypatch: pytest.MonkeyPatch) -> None:
     names = ["00000000000000000004.json", "00000000000000000004.checkpoint.parquet", "00000000000000000005.json"]
     names += ["00000000000000000006.json", "00000000000000000010.json", "_last_checkpoint"]
