@@ -376,6 +376,9 @@ def run_load(config: LoadConfig) -> LoadResult:
             result.maintenance_runs[kind] = payload["runs"]
             result.maintenance_errors += payload["errors"]
             result.activity += payload["activity"]
+    twice = sorted(v for v, n in collections.Counter(versions.values()).items() if n > 1)
+    if twice:  # put-if-absent broken (the store, or an emulator of it): the readers' counts then mislead
+        result.violations.append(f"versions acknowledged to two txnlog commits: {twice[:5]}")
     # Reader checks needing the writers' versions ran above before every writer was read: redo.
     for kind, _index, payload, _crash in reports:
         if kind == "reader":
