@@ -344,7 +344,7 @@ DML_FOR_ENGINES = {
     "MergeBuilder", "MergeAliases", "ClauseSpec",
     # executors and their parts
     "run_merge", "find_rows", "KeyMatcher", "SOURCE_ROW", "merge_candidates", "stage_write", "ArrowRemoval", "ChangeData",
-    "rows_matching",
+    "rows_matching", "replace_where_violation",  # replaceWhere's row rule and its error, for engines that count rows themselves
     # what they return
     "MergeMetrics", "RowChangeMetrics", "FileCounts", "Timing", "live_rows", "files_table",
 }

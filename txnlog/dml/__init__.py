@@ -31,6 +31,7 @@ from txnlog.dml.writes import (
     files_table,
     open_write,
     plan_write,
+    replace_where_violation,
     rows_matching,
     stage_write,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "merge_candidates",
     "open_write",
     "plan_write",
+    "replace_where_violation",
     "rows_matching",
     "run_merge",
     "run_row_change",

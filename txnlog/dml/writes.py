@@ -163,6 +163,13 @@ class WritePlan:
         return rows_matching(self.context, self.options.replace_where, batches)
 
 
+def replace_where_violation(condition: str, table_uri: str, count: int, example: object | None = None) -> ProtocolViolationError:
+    """The error for ``count`` written rows outside a replaceWhere (every writer's)."""
+    e_g = "" if example is None else f", e.g. {example}"
+    return ProtocolViolationError(f"{count} written row(s) do not match the replaceWhere condition {condition!r} of table {table_uri}{e_g}",
+                                  rule="replaceWhere")
+
+
 def rows_matching(ctx: WriteContext, condition: str, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``batches``, each checked to satisfy the SQL ``condition`` (a replaceWhere) on every row
     (a null result does not), else ProtocolViolationError naming a failing row."""
@@ -173,12 +180,8 @@ def rows_matching(ctx: WriteContext, condition: str, batches: Iterable[pa.Record
         mask = rows.mask(table)
         matching = int(pc.sum(mask).as_py() or 0)
         if matching != batch.num_rows:
-            bad = table.filter(pc.invert(mask)).slice(0, 1).to_pylist()
-            raise ProtocolViolationError(
-                f"{batch.num_rows - matching} written row(s) do not match the replaceWhere condition "
-                f"{condition!r} of table {ctx.table_uri}, e.g. {bad[0]}",
-                rule="replaceWhere",
-            )
+            raise replace_where_violation(condition, ctx.table_uri, batch.num_rows - matching,
+                                          table.filter(pc.invert(mask)).slice(0, 1).to_pylist()[0])
         yield batch
 
 

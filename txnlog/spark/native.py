@@ -33,7 +33,8 @@ from pyspark.sql import types as T
 
 from txnlog import AddFile, WriteContext
 from txnlog import properties as props
-from txnlog.errors import ProtocolViolationError, SchemaError, TxnLogError
+from txnlog.dml import replace_where_violation
+from txnlog.errors import SchemaError, TxnLogError
 from txnlog.expressions import FilePredicate
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, SparkJobError, column, hadoop_table_path, job_error, session_confs, spark_schema_of
@@ -44,9 +45,11 @@ from txnlog.write import (
     Fill,
     IdentityAllocator,
     RowKind,
+    constraint_violation,
     encode_log_path,
     identity_overflow,
     last_identity_index,
+    null_values,
     output_directory,
     parquet_file_stats,
     written_partition_values,
@@ -255,7 +258,7 @@ def write_native(
             for i, check in enumerate(checks):
                 count = int(results.get(f"check{i}") or 0)
                 if count:
-                    raise check.error(count, _example(rows, check.failing) if check.with_example else "")
+                    raise check.error(count, _example(rows, check.failing) if check.with_example else None)
         added = _added_files(store, directory, ctx, data_change=data_change)
         if results is None and added:
             raise SparkJobError(f"{job}: Spark reported no counts of the written rows (NOT NULL, CHECK constraints, replaceWhere) "
@@ -314,11 +317,10 @@ def _numbered(df: DataFrame, ctx: WriteContext) -> tuple[DataFrame, dict[str, Co
 @dataclass(frozen=True)
 class _Check:
     """A rule every written row must keep: ``failing`` is true on the rows breaking it (over the
-    logical columns), and ``error(count, example)`` is what the Python tasks raise for them
-    (``example``: ``", e.g. {row}"`` or nothing)."""
+    logical columns), and ``error(count, example)`` is what the Python tasks raise for them."""
 
     failing: Column
-    error: Callable[[int, str], TxnLogError]
+    error: Callable[[int, object | None], TxnLogError]
     with_example: bool = True
 
     @property
@@ -326,43 +328,34 @@ class _Check:
         return F.count_if(self.failing)
 
 
-def _null_error(name: str, count: int, _example: str) -> TxnLogError:
-    return SchemaError(f"non-nullable column '{name}' has {count} null values", field=name)
-
-
-def _constraint_error(name: str, sql: str, count: int, example: str) -> TxnLogError:
-    return ProtocolViolationError(f"CHECK constraint {name} ({sql}) is violated by {count} row(s){example}", rule=f"constraint:{name}")
-
-
-def _replace_where_error(condition: str, table: str, count: int, example: str) -> TxnLogError:
-    return ProtocolViolationError(f"{count} written row(s) do not match the replaceWhere condition {condition!r} of table {table}{example}",
-                                  rule="replaceWhere")
+def _nulls(name: str, count: int, _example: object | None) -> TxnLogError:
+    return null_values(name, count)
 
 
 def _checks(ctx: WriteContext, logical: Mapping[str, Any], require: str | None) -> list[_Check]:
     """What the written rows are counted for: nulls in NOT NULL columns, rows failing a CHECK
-    constraint or invariant, rows outside a replaceWhere; each refused as txnlog's writer
-    refuses it. A constraint's SQL is parsed by txnlog first (its errors, before any row) and
+    constraint or invariant, rows outside a replaceWhere; each refused with the core's error
+    for it. A constraint's SQL is parsed by txnlog first (its errors, before any row) and
     evaluated by Spark, which also decides delta-spark's own writes; a NULL result fails it.
     NaN needs no count: parquet-java's footers show it (:func:`txnlog.write.parquet_file_stats`)."""
-    out = [_Check(column(name).isNull(), functools.partial(_null_error, name), with_example=False)
+    out = [_Check(column(name).isNull(), functools.partial(_nulls, name), with_example=False)
            for name, field in logical.items() if not field.nullable]
     for name, predicate in ctx.constraints():
-        out.append(_Check(~F.coalesce(F.expr(predicate.sql), F.lit(False)), functools.partial(_constraint_error, name, predicate.sql)))
+        out.append(_Check(~F.coalesce(F.expr(predicate.sql), F.lit(False)), functools.partial(constraint_violation, name, predicate.sql)))
     if require is not None:
         FilePredicate(require, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)  # txnlog's errors first
-        out.append(_Check(~F.coalesce(F.expr(require), F.lit(False)), functools.partial(_replace_where_error, require, ctx.table_uri)))
+        out.append(_Check(~F.coalesce(F.expr(require), F.lit(False)), functools.partial(replace_where_violation, require, ctx.table_uri)))
     return out
 
 
-def _example(rows: DataFrame, failing: Column) -> str:
-    """``, e.g. {row}`` for one row of ``rows`` that ``failing`` holds on (the error path runs
-    the rows again), or nothing when none comes back."""
+def _example(rows: DataFrame, failing: Column) -> object | None:
+    """One row of ``rows`` that ``failing`` holds on (the error path runs the rows again), or
+    None when none comes back."""
     try:
         found = rows.where(failing).limit(1).collect()
     except SPARK_FAILURES:
-        return ""
-    return f", e.g. {found[0].asDict(recursive=True)}" if found else ""
+        return None
+    return found[0].asDict(recursive=True) if found else None
 
 
 def _added_files(store: LogStore, directory: str, ctx: WriteContext, *, data_change: bool) -> list[AddFile]:

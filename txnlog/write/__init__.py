@@ -16,6 +16,7 @@ from txnlog.write.conform import (
     identity_overflow,
     last_identity_index,
 )
+from txnlog.write.constraints import constraint_violation
 from txnlog.write.context import WriteContext, WrittenFiles
 from txnlog.write.deletion_vectors import RowDeletes, delete_rows, union_rows, write_deletion_vectors
 from txnlog.write.parquet import (
@@ -24,6 +25,7 @@ from txnlog.write.parquet import (
     arrow_schema_of,
     as_reader,
     encode_log_path,
+    null_values,
     output_directory,
     write_data_files,
     written_partition_values,
@@ -47,11 +49,13 @@ __all__ = [
     "WrittenFiles",
     "arrow_schema_of",
     "as_reader",
+    "constraint_violation",
     "delete_rows",
     "encode_log_path",
     "file_stats",
     "identity_overflow",
     "last_identity_index",
+    "null_values",
     "output_directory",
     "parquet_file_stats",
     "union_rows",

@@ -35,6 +35,12 @@ def constraint_predicates(
     return [(name, FilePredicate(sql, schema, partition_columns)) for name, sql in table_constraints(schema, configuration)]
 
 
+def constraint_violation(name: str, sql: str, count: int, example: object | None = None) -> ProtocolViolationError:
+    """The error for ``count`` written rows failing CHECK constraint ``name`` (every writer's)."""
+    e_g = "" if example is None else f", e.g. {example}"
+    return ProtocolViolationError(f"CHECK constraint {name} ({sql}) is violated by {count} row(s){e_g}", rule=f"constraint:{name}")
+
+
 def check_constraints(data: pa.Table, constraints: Sequence[tuple[str, FilePredicate]]) -> None:
     """Raise ProtocolViolationError naming the constraint and a failing row, if any row fails."""
     for name, predicate in constraints:
@@ -42,8 +48,4 @@ def check_constraints(data: pa.Table, constraints: Sequence[tuple[str, FilePredi
         failing = (~predicate.rows()).mask(data)
         count = pc.sum(failing).as_py() or 0
         if count:
-            example = data.filter(failing).slice(0, 1).to_pylist()[0]
-            raise ProtocolViolationError(
-                f"CHECK constraint {name} ({sql}) is violated by {count} row(s), e.g. {example}",
-                rule=f"constraint:{name}",
-            )
+            raise constraint_violation(name, sql, count, data.filter(failing).slice(0, 1).to_pylist()[0])

@@ -361,7 +361,7 @@ def _conform_batch(batch: pa.RecordBatch, sources: list[int | None], table_schem
             continue
         array = _conform(batch.column(index), target.type, target.name)
         if not target.nullable and array.null_count:
-            raise SchemaError(f"non-nullable column '{target.name}' has {array.null_count} null values", field=target.name)
+            raise null_values(target.name, array.null_count)
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=table_schema)
 
@@ -436,11 +436,16 @@ def _conform_struct(array: pa.Array, dst: pa.StructType, path: str) -> pa.Array:
     return pa.StructArray.from_arrays(children, fields=list(dst), mask=_mask(array))
 
 
+def null_values(column: str, count: int) -> SchemaError:
+    """The error for ``count`` nulls written to non-nullable ``column`` (every writer's)."""
+    return SchemaError(f"non-nullable column '{column}' has {count} null values", field=column)
+
+
 def _require_no_nulls(values: pa.Array, parent_valid: pa.Array, path: str) -> None:
     """A non-nullable struct field may be null only where its parent struct is null."""
     bad = pc.sum(pc.and_(pc.is_null(values), parent_valid)).as_py() or 0
     if bad:
-        raise SchemaError(f"non-nullable column '{path}' has {bad} null values", field=path)
+        raise null_values(path, bad)
 
 
 def _null_array(n: int, t: pa.DataType) -> pa.Array:
