@@ -275,14 +275,19 @@ def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_s
     def context(uri: str) -> txnlog.WriteContext:
         return txnlog.WriteContext.for_snapshot(txnlog.Table(uri).snapshot())
 
-    uri = str(tmp_path / "generated")
-    txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("s", pa.string()), generated_column("g", pa.int64(), "id * 2")]))
-    assert unsupported(df, context(uri), data_change=True) == "generated columns"
-    ts.write(df, uri)
+    uri = str(tmp_path / "nested")
+    txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("s", pa.struct([pa.field("x", pa.int64(), nullable=False)]))]))
+    nested = spark.createDataFrame([(1, (2,))], "id long, s struct<x: long>")
+    assert unsupported(nested, context(uri), data_change=True) == "NOT NULL fields inside column 's'"
+    ts.write(nested, uri)
     assert txnlog.Table(uri).snapshot().num_files == 1
     assert not any(f["path"].startswith("job-") for f in _files(uri))
-    # A compaction copies the rows as they are: nothing to generate.
-    assert unsupported(df.withColumn("g", df.id * 2), context(uri), data_change=False) is None
+    # Generated columns are computed in UTC, as txnlog's writer computes them and prunes by them.
+    uri = str(tmp_path / "generated")
+    txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("s", pa.string()), generated_column("g", pa.int64(), "id * 2")]))
+    assert unsupported(df, context(uri), data_change=True) is None
+    with session_confs(spark, {"spark.sql.session.timeZone": "America/Los_Angeles"}):
+        assert unsupported(df, context(uri), data_change=True) == "generated columns in a session whose time zone is not UTC"
     plain = str(tmp_path / "plain")
     ts.write(df, plain)
     ctx = context(plain)
@@ -363,6 +368,10 @@ def test_identity_values_are_numbered_natively_unique_across_tasks_and_past_the_
     second = [r.id for r in rows if r.v >= 1000]
     assert max(second) < marks["id"], "the second write's ids are past the first's mark"
     assert _identity_marks(uri)["id"] == min(ids)
+    with pytest.raises(SchemaError, match="gives values for column 'id' .* a GENERATED ALWAYS identity column"):
+        with ts.transaction(spark, uri) as tx:
+            tx.write(spark.range(3).selectExpr("id", "id as v"))
+    assert len(ts.read(spark, uri).collect()) == 1600
 
 
 def test_an_identity_overflow_is_refused_natively_as_by_the_python_tasks(spark: Any, tmp_path: Path) -> None:
@@ -378,6 +387,44 @@ def test_an_identity_overflow_is_refused_natively_as_by_the_python_tasks(spark: 
         assert txnlog.Table(uri).latest_version() == 0
         _assert_vacuum_leaves_only_the_table(uri)
     assert errors["native"].rule == errors["python"].rule == "identityColumns"
+
+
+def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_tasks(spark: Any, tmp_path: Path) -> None:
+    """A generated partition column (``CAST(ts AS DATE)``) and one over an identity column:
+    computed where the rows lack them or give NULL, given values kept when right; the same
+    table either way. A wrong given value is refused with the Python tasks' error, and nothing
+    is kept."""
+    schema = pa.schema([identity_column("id"), ("ts", pa.timestamp("us", tz="UTC")), ("v", pa.int64()),
+                        generated_column("day", pa.date32(), "CAST(ts AS DATE)"), generated_column("twice", pa.int64(), "id * 2 + v")])
+    start = dt.datetime(2026, 3, 1, 22, tzinfo=dt.timezone.utc)
+    rows = [(start + dt.timedelta(hours=5 * i), i) for i in range(40)]
+    lacking = spark.createDataFrame(rows, "ts timestamp, v long").repartition(3)
+    given = spark.createDataFrame([(ts, v, ts.date() if v % 2 else None) for ts, v in rows], "ts timestamp, v long, day date")
+    wrong = spark.createDataFrame([(start, 1, start.date() + dt.timedelta(days=1))], "ts timestamp, v long, day date")
+    tables, errors = {}, {}
+    for path in ("native", "python"):
+        uri = str(tmp_path / path)
+        txnlog.Table.create(uri, schema, partition_by=["day"])
+        with session_confs(spark, {NATIVE_WRITE_CONF: "auto" if path == "native" else "false"}):
+            ts.write(lacking, uri)
+            ts.write(given, uri)
+            with pytest.raises(ProtocolViolationError) as e:
+                ts.write(wrong, uri)
+        errors[path] = e.value
+        assert txnlog.Table(uri).latest_version() == 2
+        _assert_vacuum_leaves_only_the_table(uri)
+        assert all(f["path"].startswith("job-") == (path == "native") for f in _files(uri))
+        tables[path] = sorted((r.v, r.ts, r.day, r.twice - 2 * r.id) for r in ts.read(spark, uri).collect())
+        ids = [r.id for r in ts.read(spark, uri).collect()]
+        assert len(set(ids)) == len(ids) == 80
+        partitions = {dict(f["partition_values"])["day"] for f in _files(uri)}
+        assert partitions == {str(ts.date()) for ts, _ in rows}
+    assert tables["native"] == tables["python"]
+    assert [r[2] for r in tables["native"]] == sorted([ts.date() for ts, _ in rows] * 2)
+    assert all(r[3] == r[0] for r in tables["native"]), "twice = id * 2 + v"
+    assert str(errors["native"]).replace("native", "python") == str(errors["python"])
+    assert "column 'day'" in str(errors["native"]) and "2026-03-02" in str(errors["native"])
+    assert errors["native"].rule == errors["python"].rule == "generatedColumns"
 
 
 def test_an_empty_write_leaves_no_file(spark: Any, tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def test_txnlog_continues_delta_sparks_identity_generated_default_table(delta_sp
     assert delta_spark.read.format("delta").load(path).count() == 26
 
 
-def test_spark_paths_number_generate_and_default_through_the_tasks(delta_spark, tmp_path: Path) -> None:
+def test_spark_paths_number_generate_and_default_as_txnlogs_writer_does(delta_spark, tmp_path: Path) -> None:
     from txnlog import spark as ts
     from txnlog.spark import merge
     from txnlog.spark.driver import DRIVER_SCAN_CELLS_CONF

@@ -481,23 +481,14 @@ def test_column_mapping_requires_physical_names(tmp_path: Path) -> None:
 
 @pytest.mark.soak
 @pytest.mark.spark
-def test_spark_reads_the_written_files(tmp_path: Path) -> None:
-    """Spark (without delta-spark) reads the Parquet files with the table's types."""
-    pyspark = pytest.importorskip("pyspark")
+def test_spark_reads_the_written_files(spark: Any, tmp_path: Path) -> None:
+    """Spark's own Parquet reader (no Delta) reads the files with the table's types. The shared
+    session: a second one started in this process would keep delta-spark's jars off its JVM."""
     data = typed_rows(20).drop_columns(["m"])
     schema = pa.schema([f for f in TYPES if f.name != "m"])
     adds = write(tmp_path, data, schema)
-    spark = (
-        pyspark.sql.SparkSession.builder.master("local[1]")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    try:
-        rows = spark.read.parquet(*[str(tmp_path / a.path) for a in adds]).orderBy("id").collect()
-        assert [r["id"] for r in rows] == list(range(20))
-        assert rows[3]["ts"] == data.column("ts")[3].as_py().replace(tzinfo=None)
-        assert rows[3]["ntz"] == data.column("ntz")[3].as_py()
-        assert rows[3]["dec"] == data.column("dec")[3].as_py()
-    finally:
-        spark.stop()
+    rows = spark.read.parquet(*[str(tmp_path / a.path) for a in adds]).orderBy("id").collect()
+    assert [r["id"] for r in rows] == list(range(20))
+    assert rows[3]["ts"] == data.column("ts")[3].as_py().replace(tzinfo=None)
+    assert rows[3]["ntz"] == data.column("ntz")[3].as_py()
+    assert rows[3]["dec"] == data.column("dec")[3].as_py()

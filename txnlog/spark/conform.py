@@ -35,13 +35,16 @@ def conformed(
     *,
     previous: tuple[Column, Column] | None = None,
     types: Mapping[str, Any] | None = None,
+    refuse_always: bool = True,
 ) -> dict[str, Column]:
     """Output column name -> expression, for rows of ``kind``: each table column from
     ``values`` (the columns the rows supply, by table column name) cast to its type, else
     filled; then, when the table preserves row ids, ``row_id`` and ``row_commit_version`` as
-    ``kind`` keeps them from ``previous`` (the rows' earlier id and commit version)."""
+    ``kind`` keeps them from ``previous`` (the rows' earlier id and commit version).
+    ``refuse_always``: inserted rows may not give a GENERATED ALWAYS identity column (False for
+    rows a statement already conformed, whose kept rows carry their ids)."""
     types = types if types is not None else spark_types(spec)
-    if kind is RowKind.INSERT:
+    if kind is RowKind.INSERT and refuse_always:
         spec.check_supplied(values, "a MERGE insert")
     out: dict[str, Column] = {}
     for column in spec.columns:

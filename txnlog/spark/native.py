@@ -47,6 +47,7 @@ from txnlog.write import (
     RowKind,
     constraint_violation,
     encode_log_path,
+    generated_mismatch,
     identity_overflow,
     last_identity_index,
     null_values,
@@ -84,12 +85,14 @@ _FOOTER_THREADS = 8
 _STAGED_ROW_ID, _STAGED_COMMIT_VERSION = "_txnlog_staged_row_id", "_txnlog_staged_row_commit_version"
 # Each row's task and Spark id, for numbering identity values.
 _TASK, _POSITION = "_txnlog_identity_task", "_txnlog_identity_position"
+# A failing row's expected value beside it in an error's example.
+_SHOWN = "_txnlog_expected"
 
 
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
-    write it then), or None. Not yet native: generated columns, NOT NULL inside
-    structs, partition columns other than strings, integers, booleans and dates, casts other
+    write it then), or None. Not yet native: generated columns in a session whose time zone is
+    not UTC, NOT NULL inside structs, partition columns other than strings, integers, booleans and dates, casts other
     than exact widenings, files cut at an explicit ``target_file_size`` (Spark writes one file
     per task and partition, as delta-spark does), tables in ``memory://``, and tables outside
     the local file system unless :data:`NATIVE_WRITE_CONF` is ``true``."""
@@ -105,8 +108,10 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     if target_file_size is not None:
         return "files cut at an explicit target size"
     spec = ctx.conform_spec
-    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns):
-        return "generated columns"
+    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns) and not _utc_session(df):
+        # txnlog computes generated columns in UTC (and prunes files through them so): Spark would
+        # cast in the session's zone.
+        return "generated columns in a session whose time zone is not UTC"
     types = spark_types(spec)
     partitions = {c.lower() for c in ctx.partition_columns}
     for name, kind in types.items():
@@ -126,6 +131,11 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     if not data_change and spec.missing(given):
         return "a rewrite that does not supply every column"
     return None
+
+
+def _utc_session(df: DataFrame) -> bool:
+    zone = df.sparkSession.conf.get("spark.sql.session.timeZone", None) or ""
+    return zone.upper() in ("UTC", "ETC/UTC", "Z", "GMT", "ETC/GMT", "+00:00", "UTC+00:00", "GMT+00:00")
 
 
 def _leaves_supported(kind: Any) -> bool:
@@ -197,7 +207,9 @@ def write_native(
     # Rows of a rewrite that changes no data (a compaction) are copies: nothing is filled or refused.
     kind = RowKind.INSERT if data_change else RowKind.COPY
     previous = (F.lit(None), F.lit(None)) if kind is RowKind.COPY else None  # the ids are written below, as given
-    values = conformed(spec, kind, supplied, previous=previous, types={n: f.dataType for n, f in logical.items()})
+    # The write planner has refused a GENERATED ALWAYS column given by a user's rows; these may be a
+    # statement's, whose kept rows carry their ids (only NULLs are numbered, as in the Python tasks).
+    values = conformed(spec, kind, supplied, previous=previous, types={n: f.dataType for n, f in logical.items()}, refuse_always=False)
     values.pop(ROW_ID, None)
     values.pop(ROW_COMMIT_VERSION, None)
     overflows: dict[str, TxnLogError] = {}
@@ -210,7 +222,10 @@ def write_native(
     if preserve_row_ids:
         staged += [column(ROW_ID).cast("long").alias(_STAGED_ROW_ID), column(ROW_COMMIT_VERSION).cast("long").alias(_STAGED_COMMIT_VERSION)]
     rows = df.select(*staged)
-    checks = _checks(ctx, logical, require)
+    generated: list[_Check] = []
+    if kind is RowKind.INSERT and any(c.fill is Fill.GENERATED for c in spec.columns):
+        rows, generated = _generated(rows, ctx, logical)
+    checks = generated + _checks(ctx, logical, require)
     observation = Observation("txnlog native write") if checks else None
     if observation is not None:
         rows = rows.observe(observation, *[check.count.alias(f"check{i}") for i, check in enumerate(checks)])
@@ -258,7 +273,7 @@ def write_native(
             for i, check in enumerate(checks):
                 count = int(results.get(f"check{i}") or 0)
                 if count:
-                    raise check.error(count, _example(rows, check.failing) if check.with_example else None)
+                    raise check.error(count, _example(rows, check) if check.with_example else None)
         added = _added_files(store, directory, ctx, data_change=data_change)
         if results is None and added:
             raise SparkJobError(f"{job}: Spark reported no counts of the written rows (NOT NULL, CHECK constraints, replaceWhere) "
@@ -317,11 +332,13 @@ def _numbered(df: DataFrame, ctx: WriteContext) -> tuple[DataFrame, dict[str, Co
 @dataclass(frozen=True)
 class _Check:
     """A rule every written row must keep: ``failing`` is true on the rows breaking it (over the
-    logical columns), and ``error(count, example)`` is what the Python tasks raise for them."""
+    logical columns), and ``error(count, example)`` is what the Python tasks raise for them;
+    ``shown``, when set, is a value the example row also carries (under :data:`_SHOWN`)."""
 
     failing: Column
     error: Callable[[int, object | None], TxnLogError]
     with_example: bool = True
+    shown: Column | None = None
 
     @property
     def count(self) -> Column:
@@ -348,11 +365,48 @@ def _checks(ctx: WriteContext, logical: Mapping[str, Any], require: str | None) 
     return out
 
 
-def _example(rows: DataFrame, failing: Column) -> object | None:
-    """One row of ``rows`` that ``failing`` holds on (the error path runs the rows again), or
-    None when none comes back."""
+def _generated(rows: DataFrame, ctx: WriteContext, logical: Mapping[str, Any]) -> tuple[DataFrame, list[_Check]]:
+    """``rows`` with each generated column computed where it is NULL (missing), by Spark from
+    its generation expression over the row's other columns, as delta-spark computes it; and a
+    check per generated column that a given value is what the expression gives (``<=>``)."""
+    computed: dict[str, tuple[str, Column]] = {}
+    for spec in ctx.conform_spec.columns:
+        if spec.fill is Fill.GENERATED:
+            expression = spec.expression or ""
+            try:
+                computed[spec.name] = expression, F.expr(expression).cast(logical[spec.name].dataType)
+            except SPARK_FAILURES as e:
+                raise _unusable_expression(spec.name, expression, ctx.table_uri, e) from None
+    select = [F.coalesce(column(name), computed[name][1]).alias(name) if name in computed else column(name) for name in rows.columns]
+    for name, (expression, value) in computed.items():
+        try:
+            _ = rows.select(value).schema  # analyzed now (Connect analyzes lazily): an unknown name is the expression's error
+        except SPARK_FAILURES as e:
+            raise _unusable_expression(name, expression, ctx.table_uri, e) from None
+    rows = rows.select(*select)
+    checks = [_Check(~column(name).eqNullSafe(value), functools.partial(_mismatch, name, ctx.table_uri, expression), shown=value)
+              for name, (expression, value) in computed.items()]
+    return rows, checks
+
+
+def _unusable_expression(name: str, expression: str, table_uri: str, error: BaseException) -> SchemaError:
+    return SchemaError(f"the generation expression {expression!r} of column '{name}' of table {table_uri} cannot be evaluated by Spark: "
+                       f"{str(error).splitlines()[0] if str(error) else type(error).__name__}", field=name)
+
+
+def _mismatch(name: str, table_uri: str, expression: str, _count: int, example: object | None) -> TxnLogError:
+    row = example if isinstance(example, dict) else {}
+    return generated_mismatch(name, table_uri, expression, row.get(name), row.get(_SHOWN))
+
+
+def _example(rows: DataFrame, check: _Check) -> object | None:
+    """One row of ``rows`` that ``check`` fails on, with its shown value (the error path runs
+    the rows again), or None when none comes back."""
     try:
-        found = rows.where(failing).limit(1).collect()
+        failing = rows.where(check.failing)
+        if check.shown is not None:
+            failing = failing.select("*", check.shown.alias(_SHOWN))
+        found = failing.limit(1).collect()
     except SPARK_FAILURES:
         return None
     return found[0].asDict(recursive=True) if found else None

@@ -120,7 +120,10 @@ class SparkTransaction:
     # -- writes: staged ----------------------------------------------------------------------
 
     def write_files(self, df: DataFrame, data_change: bool = True) -> list[AddFile]:
-        """Write ``df`` as data files on the executors and stage them as adds."""
+        """Write ``df`` as data files on the executors and stage them as adds. Its rows may not
+        give a GENERATED ALWAYS identity column (SchemaError), as in delta-spark."""
+        if data_change:
+            self.txn.write_context().conform_spec.check_supplied(df.columns)
         adds = self._write(df, data_change)
         self._count({"numAddedFiles": len(adds)})
         return adds

@@ -13,6 +13,7 @@ from txnlog.write.conform import (
     Fill,
     IdentityAllocator,
     RowKind,
+    generated_mismatch,
     identity_overflow,
     last_identity_index,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "delete_rows",
     "encode_log_path",
     "file_stats",
+    "generated_mismatch",
     "identity_overflow",
     "last_identity_index",
     "null_values",

@@ -22,6 +22,7 @@ moves the high-water mark past the values its files hold (``OptimisticTransactio
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import functools
 import sys
@@ -136,6 +137,21 @@ def identity_overflow(column: str, table_uri: str, identity: Identity) -> Protoc
         f"(start {identity.start}, step {identity.step}, high-water mark {identity.high_water_mark})",
         rule="identityColumns",
     )
+
+
+def generated_mismatch(column: str, table_uri: str, expression: str, given: object, computed: object) -> ProtocolViolationError:
+    """The error for a written row whose value of a generated column is not what its expression
+    gives (every writer's)."""
+    return ProtocolViolationError(
+        f"column '{column}' of table {table_uri} is generated as {expression}: a written row gives "
+        f"{_shown(given)} where the expression gives {_shown(computed)}",
+        rule="generatedColumns",
+    )
+
+
+def _shown(value: object) -> str:
+    """A value as an error shows it: dates and times in ISO 8601, anything else as Python writes it."""
+    return value.isoformat() if isinstance(value, dt.date | dt.time) else repr(value)
 
 
 def _task_index() -> int:
@@ -362,11 +378,7 @@ class ConformSpec:
                     rows = rows.set_column(index, rows.field(index), pc.coalesce(given, computed.cast(given.type)))
                 if not pc.all(same).as_py():
                     row = pc.index(same, False).as_py()
-                    raise ProtocolViolationError(
-                        f"column '{column.name}' of table {self.table_uri} is generated as {column.expression}: a written row gives "
-                        f"{given[row].as_py()!r} where the expression gives {computed[row].as_py()!r}",
-                        rule="generatedColumns",
-                    )
+                    raise generated_mismatch(column.name, self.table_uri, column.expression or "", given[row].as_py(), computed[row].as_py())
             else:
                 rows = rows.set_column(index, rows.field(index).with_type(column.field.type), computed)
         return rows
@@ -438,4 +450,4 @@ class ConformSpec:
         return pa.nulls(n, column.field.type)  # identity, generated: computed once every column is there
 
 
-__all__ = ["MAX_TASKS", "TASK_SPAN", "ColumnSpec", "ConformSpec", "Fill", "IdentityAllocator", "RowKind"]
+__all__ = ["MAX_TASKS", "TASK_SPAN", "ColumnSpec", "ConformSpec", "Fill", "IdentityAllocator", "RowKind", "generated_mismatch"]
