@@ -17,7 +17,7 @@ OPTIMIZE is incremental (:mod:`txnlog.optimize.clustering`).
 
 from txnlog.optimize.bins import BIN_COLUMN, bin_batches, plan_bins
 from txnlog.optimize.clustering import CLUSTERING_PROVIDER, ZCUBE_ID, ZCUBE_ZORDER_BY
-from txnlog.optimize.curve import curve_key, curve_sorted, curve_sorted_batches
+from txnlog.optimize.curve import bits_per_column, curve_key, curve_sorted, curve_sorted_batches
 from txnlog.optimize.parameters import OPTIMIZE, REORG, OptimizeParameters
 from txnlog.optimize.plan import OptimizePlan, check_predicate, plan_optimize
 from txnlog.optimize.run import Begin, Executor, OptimizeResult, StagedOptimize, optimize, rewrite_in_python, stage_optimize
@@ -27,6 +27,7 @@ __all__ = [
     "CLUSTERING_PROVIDER",
     "ZCUBE_ID",
     "ZCUBE_ZORDER_BY",
+    "bits_per_column",
     "curve_key",
     "curve_sorted",
     "curve_sorted_batches",

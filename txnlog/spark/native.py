@@ -194,10 +194,13 @@ def write_native(
     data_change: bool,
     preserve_row_ids: bool,
     require: str | None = None,
+    rows_per_file: int | None = None,
 ) -> list[AddFile]:
     """Write ``df`` (already checked against the table, :func:`unsupported` None) as data files
     of the table ``ctx`` describes with Spark's Parquet writer; their ``AddFile`` records.
-    ``require``: a replaceWhere every row must match (ProtocolViolationError, nothing kept)."""
+    ``require``: a replaceWhere every row must match (ProtocolViolationError, nothing kept).
+    ``rows_per_file``: the rows are written in their order (no repartition), a file cut every
+    that many rows of a task."""
     spark = df.sparkSession
     spec = ctx.conform_spec
     config = ctx.table_configuration
@@ -242,7 +245,7 @@ def write_native(
     partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
     repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
     out = rows.select(*select)
-    if repartition_by:
+    if repartition_by and rows_per_file is None:
         out = out.repartition(*[column(k) for k in repartition_by])
 
     store = ctx.open_store()
@@ -257,6 +260,8 @@ def write_native(
         writer = writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem").option("fs.file.impl.disable.cache", "true")
     if partition_keys:
         writer = writer.partitionBy(*partition_keys)
+    if rows_per_file is not None:
+        writer = writer.option("maxRecordsPerFile", str(rows_per_file))
     job = f"the Spark job writing data files of table {ctx.table_uri} with Spark's Parquet writer"
     try:
         with session_confs(spark, _WRITE_CONFS):

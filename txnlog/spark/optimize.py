@@ -24,15 +24,32 @@ table's materialized columns, so that ids survive the new files' new ``baseRowId
 from __future__ import annotations
 
 import functools
+import logging
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.compute as pc
+from pyspark.sql import Window
+from pyspark.sql import functions as F
 
 from txnlog import AddFile, OptimisticTransaction, Table
-from txnlog.optimize import OptimizeParameters, OptimizePlan, OptimizeResult, curve_sorted_batches
+from txnlog.file_facts import num_records
+from txnlog.optimize import OptimizeParameters, OptimizePlan, OptimizeResult, bits_per_column, curve_sorted_batches
 from txnlog.optimize import optimize as run_optimize
-from txnlog.spark.common import column
+from txnlog.spark.common import column, session_confs
+from txnlog.spark.native import unsupported
 from txnlog.spark.reader import read_files
 from txnlog.spark.tasks import write_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+logger = logging.getLogger(__name__)
+
+# The hidden columns of the curve's order (never a table column's name).
+_KEY, _ID = "_txnlog_curve_key", "_txnlog_curve_id"
+_SIGN = -(1 << 63)  # flips a key's top bit: the unsigned order of keys as Spark's signed one
 
 
 def _open(uri: str | Table, storage_options: Mapping[str, Any] | None) -> Table:
@@ -52,6 +69,17 @@ def spark_executor(spark: Any) -> Any:
         ctx = txn.write_context(target_file_size=plan.target_size)
         df = read_files(spark, snapshot, plan.files, with_row_ids=plan.preserve_row_ids)
         partition_columns = list(snapshot.partition_columns)
+        if plan.curve is not None:
+            rows_per_file = _rows_per_file(plan)
+            fallback = "no numRecords in the files' stats" if rows_per_file is None else unsupported(df, ctx, data_change=False)
+            if fallback is None:
+                assert rows_per_file is not None
+                ordered = curve_ordered(df, plan.curve_columns, plan.curve, partition_columns)
+                # The key's projections fused into one generated method pass the JVM's 64 KB limit
+                # (Spark then falls back, logging the failure): each operator is compiled apart instead.
+                with session_confs(spark, {"spark.sql.codegen.wholeStage": "false"}):
+                    return write_files(ordered, ctx, data_change=False, preserve_row_ids=plan.preserve_row_ids, rows_per_file=rows_per_file)
+            logger.debug("OPTIMIZE of table %s sorts along its curve in Python tasks: %s", ctx.table_uri, fallback)
         bins = len(plan.bins)
         df = df.repartition(bins, *[column(c) for c in partition_columns]) if partition_columns else df.coalesce(bins)
         if plan.curve is not None:
@@ -64,6 +92,88 @@ def spark_executor(spark: Any) -> Any:
         return write_files(df, ctx, data_change=False, preserve_row_ids=plan.preserve_row_ids)
 
     return execute
+
+
+def _rows_per_file(plan: OptimizePlan) -> int | None:
+    """Rows per output file of about the plan's target size, from the rewritten files' bytes per
+    row (None when their stats do not count rows)."""
+    files = plan.files
+    rows, size = num_records(files), int(pc.sum(files.column("size")).as_py() or 0)
+    if rows <= 0 or size <= 0:
+        return None
+    return max(1, math.ceil(rows * plan.target_size / size))
+
+
+def curve_ordered(df: DataFrame, columns: Sequence[Sequence[str]], curve: str, partition_columns: Sequence[str]) -> DataFrame:
+    """``df``'s rows, each table partition in one task, sorted there along ``curve`` over
+    ``columns`` (logical paths) by Spark, as :func:`txnlog.optimize.curve_sorted` sorts them:
+    each value's range id (its rank among the partition's rows, ties sharing the lowest, nulls
+    last, scaled to ``2**bits`` equal-frequency ranges), combined into one key, rows of a cell in
+    the order of the values. Windows and sorts spill, so a partition need not fit in memory."""
+    bits = bits_per_column(len(columns))
+    values = [_path(p) for p in columns]
+    partitions = [column(c) for c in partition_columns]
+    whole = Window.partitionBy(*partitions)
+    rows = F.count(F.lit(1)).over(whole)
+    ids = [F.floor(((F.rank().over(whole.orderBy(v.asc_nulls_last())).cast("long") - 1) * (1 << bits)) / rows).cast("long")
+           for v in values]
+    names = [f"{_ID}{i}" for i in range(len(ids))]
+    df = df.select("*", *[i.alias(n) for i, n in zip(ids, names)])
+    if curve == "hilbert" and len(names) > 1:
+        df, key = _hilbert(df, names, bits)
+    else:  # Z-order; one column is plain order on either curve
+        key = _interleaved([column(n) for n in names], bits)
+    df = df.select(*[column(c) for c in df.columns if not c.startswith(_ID)], key.bitwiseXOR(F.lit(_SIGN)).alias(_KEY))
+    return df.sortWithinPartitions(*partitions, column(_KEY), *values).drop(_KEY)
+
+
+def _path(path: Sequence[str]) -> Column:
+    value: Column = column(path[0])
+    for name in path[1:]:
+        value = value.getField(name)
+    return value
+
+
+def _interleaved(ids: Sequence[Column], bits: int) -> Column:
+    """:func:`txnlog.optimize.curve.interleave` as a Spark expression."""
+    key: Column = F.lit(0).cast("long")
+    for bit in range(bits - 1, -1, -1):
+        for value in ids:
+            key = F.shiftleft(key, 1).bitwiseOR(F.shiftright(value, bit).bitwiseAND(F.lit(1)))
+    return key
+
+
+def _hilbert(df: DataFrame, names: Sequence[str], bits: int) -> tuple[DataFrame, Column]:
+    """:func:`txnlog.optimize.curve.hilbert_key` as Spark expressions over the id columns
+    ``names``: each step a projection of its own (Spark keeps a projection whose non-trivial
+    values are read twice), so the expressions stay linear in size."""
+    n = len(names)
+
+    def step(frame: DataFrame, updates: Mapping[str, Column]) -> DataFrame:
+        return frame.select(*[updates[c].alias(c) if c in updates else column(c) for c in frame.columns])
+
+    q = 1 << (bits - 1)
+    while q > 1:  # undo the excess work of the inverse transform
+        p = F.lit(q - 1)
+        for i in range(n):
+            x0, xi = column(names[0]), column(names[i])
+            is_set = xi.bitwiseAND(F.lit(q)) != 0
+            swap = x0.bitwiseXOR(xi).bitwiseAND(p)
+            updates = {names[0]: F.when(is_set, x0.bitwiseXOR(p)).otherwise(x0.bitwiseXOR(swap))}
+            if i:
+                updates[names[i]] = F.when(is_set, xi).otherwise(xi.bitwiseXOR(swap))
+            df = step(df, updates)
+        q >>= 1
+    for i in range(1, n):  # Gray encode
+        df = step(df, {names[i]: column(names[i]).bitwiseXOR(column(names[i - 1]))})
+    t: Column = F.lit(0).cast("long")
+    q = 1 << (bits - 1)
+    last = column(names[n - 1])
+    while q > 1:
+        t = F.when(last.bitwiseAND(F.lit(q)) != 0, t.bitwiseXOR(F.lit(q - 1))).otherwise(t)
+        q >>= 1
+    df = df.select("*", t.alias(f"{_ID}t"))
+    return df, _interleaved([column(c).bitwiseXOR(column(f"{_ID}t")) for c in names], bits)
 
 
 def optimize(

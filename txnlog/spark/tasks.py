@@ -105,6 +105,7 @@ def write_files(
     data_change: bool = True,
     require: str | None = None,
     preserve_row_ids: bool = False,
+    rows_per_file: int | None = None,
 ) -> list[AddFile]:
     """Write ``df`` as data files of the table ``ctx`` describes, on the executors; the files'
     ``AddFile`` records, not yet committed.
@@ -116,7 +117,11 @@ def write_files(
     and ``row_commit_version`` columns (as ``read_files(..., with_row_ids=True)`` gives them;
     null for "a new one") are written to the table's materialized columns, so rewritten rows
     keep their stable ids. The DataFrame's schema is checked against the table's before any
-    task starts (SchemaError naming the column).
+    task starts (SchemaError naming the column). ``rows_per_file``: ``df``'s rows are in the
+    order to write them, each table partition within one of its Spark partitions (a curve's
+    order): Spark's writer keeps that order, with no repartition, and cuts a file every
+    ``rows_per_file`` rows (the Python tasks, where the native writer does not apply, cut at
+    the target size instead).
     """
     require_dataframe(df)
     if target_file_size is not None:
@@ -126,7 +131,8 @@ def write_files(
     check_schema(df, ctx, extra=(ROW_ID, ROW_COMMIT_VERSION) if preserve_row_ids else ())
     fallback = unsupported(df, ctx, data_change=data_change, target_file_size=target_file_size)
     if fallback is None:
-        return write_native(df, ctx, partition_by=partition_by, data_change=data_change, preserve_row_ids=preserve_row_ids, require=require)
+        return write_native(df, ctx, partition_by=partition_by, data_change=data_change, preserve_row_ids=preserve_row_ids, require=require,
+                            rows_per_file=rows_per_file)
     logger.debug("data files of table %s written by Python tasks: %s", ctx.table_uri, fallback)
     if data_change and any(c.identity is not None for c in ctx.conform_spec.columns):
         # Identity values: a region of indexes reserved here, split among the tasks by partition index.
