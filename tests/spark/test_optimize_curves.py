@@ -48,7 +48,8 @@ def _file_rows(table: Table) -> list[list[tuple]]:
     return out
 
 
-@pytest.mark.parametrize("curve", ["hilbert", "zorder"])
+# Z-order's key runs in the default suite through the partitioned test below.
+@pytest.mark.parametrize("curve", ["hilbert", pytest.param("zorder", marks=pytest.mark.soak)])
 def test_spark_sorts_along_the_curve_natively_and_each_file_is_a_run_of_pythons_order(spark: Any, tmp_path: Path, curve: str) -> None:
     """A clustered table (Hilbert) and a Z-order: Spark's own writer writes the files (no row in
     Python), each file's rows are one consecutive run of the order txnlog's Python curve gives
