@@ -118,12 +118,13 @@ def curve_ordered(df: DataFrame, columns: Sequence[Sequence[str]], curve: str, p
     ids = [F.floor(((F.rank().over(whole.orderBy(v.asc_nulls_last())).cast("long") - 1) * (1 << bits)) / rows).cast("long")
            for v in values]
     names = [f"{_ID}{i}" for i in range(len(ids))]
+    table_columns = df.columns
     df = df.select("*", *[i.alias(n) for i, n in zip(ids, names)])
     if curve == "hilbert" and len(names) > 1:
-        df, key = _hilbert(df, names, bits)
+        df, key = _hilbert(df, [*table_columns, *names], names, bits)
     else:  # Z-order; one column is plain order on either curve
         key = _interleaved([column(n) for n in names], bits)
-    df = df.select(*[column(c) for c in df.columns if not c.startswith(_ID)], key.bitwiseXOR(F.lit(_SIGN)).alias(_KEY))
+    df = df.select(*[column(c) for c in table_columns], key.bitwiseXOR(F.lit(_SIGN)).alias(_KEY))
     return df.sortWithinPartitions(*partitions, column(_KEY), *values).drop(_KEY)
 
 
@@ -143,14 +144,15 @@ def _interleaved(ids: Sequence[Column], bits: int) -> Column:
     return key
 
 
-def _hilbert(df: DataFrame, names: Sequence[str], bits: int) -> tuple[DataFrame, Column]:
+def _hilbert(df: DataFrame, columns: Sequence[str], names: Sequence[str], bits: int) -> tuple[DataFrame, Column]:
     """:func:`txnlog.optimize.curve.hilbert_key` as Spark expressions over the id columns
-    ``names``: each step a projection of its own (Spark keeps a projection whose non-trivial
-    values are read twice), so the expressions stay linear in size."""
+    ``names`` of ``df`` (whose columns are ``columns``: asking a Connect server is a round trip):
+    each step a projection of its own (Spark keeps a projection whose non-trivial values are read
+    twice), so the expressions stay linear in size."""
     n = len(names)
 
     def step(frame: DataFrame, updates: Mapping[str, Column]) -> DataFrame:
-        return frame.select(*[updates[c].alias(c) if c in updates else column(c) for c in frame.columns])
+        return frame.select(*[updates[c].alias(c) if c in updates else column(c) for c in columns])
 
     q = 1 << (bits - 1)
     while q > 1:  # undo the excess work of the inverse transform
