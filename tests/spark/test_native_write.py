@@ -425,6 +425,13 @@ def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_ta
     assert str(errors["native"]).replace("native", "python") == str(errors["python"])
     assert "column 'day'" in str(errors["native"]) and "2026-03-02" in str(errors["native"])
     assert errors["native"].rule == errors["python"].rule == "generatedColumns"
+    # An expression Spark cannot evaluate is refused before any file is written, naming the column.
+    unknown = str(tmp_path / "unknown")
+    txnlog.Table.create(unknown, pa.schema([("v", pa.int64()), generated_column("g", pa.int64(), "no_such_function(v)")]))
+    with pytest.raises(SchemaError, match="generation expression 'no_such_function.v.' of column 'g'") as refused:
+        ts.write(lacking.select("v"), unknown)
+    assert refused.value.field == "g" and txnlog.Table(unknown).latest_version() == 0
+    assert [p for p in Path(unknown).rglob("*") if p.is_file() and "_delta_log" not in p.parts] == []
 
 
 def test_an_empty_write_leaves_no_file(spark: Any, tmp_path: Path) -> None:

@@ -92,10 +92,11 @@ _SHOWN = "_txnlog_expected"
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
     write it then), or None. Not yet native: generated columns in a session whose time zone is
-    not UTC, NOT NULL inside structs, partition columns other than strings, integers, booleans and dates, casts other
-    than exact widenings, files cut at an explicit ``target_file_size`` (Spark writes one file
-    per task and partition, as delta-spark does), tables in ``memory://``, and tables outside
-    the local file system unless :data:`NATIVE_WRITE_CONF` is ``true``."""
+    not UTC, NOT NULL inside structs, partition columns other than strings, integers, booleans
+    and dates, casts other than exact widenings, files cut at an explicit ``target_file_size``
+    (Spark writes one file per task and partition, as delta-spark does), tables in
+    ``memory://``, and tables outside the local file system unless :data:`NATIVE_WRITE_CONF` is
+    ``true``."""
     setting = (df.sparkSession.conf.get(NATIVE_WRITE_CONF, "auto") or "auto").lower()
     if setting == "false":
         return f"{NATIVE_WRITE_CONF}=false"
