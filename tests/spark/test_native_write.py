@@ -389,7 +389,7 @@ def test_an_identity_overflow_is_refused_natively_as_by_the_python_tasks(spark: 
     assert errors["native"].rule == errors["python"].rule == "identityColumns"
 
 
-def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_tasks(spark: Any, tmp_path: Path) -> None:
+def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_tasks(delta_spark: Any, tmp_path: Path) -> None:
     """A generated partition column (``CAST(ts AS DATE)``) and one over an identity column:
     computed where the rows lack them or give NULL, given values kept when right; the same
     table either way. A wrong given value is refused with the Python tasks' error, and nothing
@@ -398,14 +398,14 @@ def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_ta
                         generated_column("day", pa.date32(), "CAST(ts AS DATE)"), generated_column("twice", pa.int64(), "id * 2 + v")])
     start = dt.datetime(2026, 3, 1, 22, tzinfo=dt.timezone.utc)
     rows = [(start + dt.timedelta(hours=5 * i), i) for i in range(40)]
-    lacking = spark.createDataFrame(rows, "ts timestamp, v long").repartition(3)
-    given = spark.createDataFrame([(ts, v, ts.date() if v % 2 else None) for ts, v in rows], "ts timestamp, v long, day date")
-    wrong = spark.createDataFrame([(start, 1, start.date() + dt.timedelta(days=1))], "ts timestamp, v long, day date")
+    lacking = delta_spark.createDataFrame(rows, "ts timestamp, v long").repartition(3)
+    given = delta_spark.createDataFrame([(ts, v, ts.date() if v % 2 else None) for ts, v in rows], "ts timestamp, v long, day date")
+    wrong = delta_spark.createDataFrame([(start, 1, start.date() + dt.timedelta(days=1))], "ts timestamp, v long, day date")
     tables, errors = {}, {}
     for path in ("native", "python"):
         uri = str(tmp_path / path)
         txnlog.Table.create(uri, schema, partition_by=["day"])
-        with session_confs(spark, {NATIVE_WRITE_CONF: "auto" if path == "native" else "false"}):
+        with session_confs(delta_spark, {NATIVE_WRITE_CONF: "auto" if path == "native" else "false"}):
             ts.write(lacking, uri)
             ts.write(given, uri)
             with pytest.raises(ProtocolViolationError) as e:
@@ -414,12 +414,14 @@ def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_ta
         assert txnlog.Table(uri).latest_version() == 2
         _assert_vacuum_leaves_only_the_table(uri)
         assert all(f["path"].startswith("job-") == (path == "native") for f in _files(uri))
-        tables[path] = sorted((r.v, r.ts, r.day, r.twice - 2 * r.id) for r in ts.read(spark, uri).collect())
-        ids = [r.id for r in ts.read(spark, uri).collect()]
+        tables[path] = sorted((r.v, r.ts, r.day, r.twice - 2 * r.id) for r in ts.read(delta_spark, uri).collect())
+        ids = [r.id for r in ts.read(delta_spark, uri).collect()]
         assert len(set(ids)) == len(ids) == 80
         partitions = {dict(f["partition_values"])["day"] for f in _files(uri)}
         assert partitions == {str(ts.date()) for ts, _ in rows}
     assert tables["native"] == tables["python"]
+    seen = delta_spark.read.format("delta").load(str(tmp_path / "native")).collect()  # delta-spark reads the generated values
+    assert sorted((r.v, r.ts.replace(tzinfo=None), r.day) for r in seen) == sorted((v, t.replace(tzinfo=None), d) for v, t, d, _ in tables["native"])
     assert [r[2] for r in tables["native"]] == sorted([ts.date() for ts, _ in rows] * 2)
     assert all(r[3] == r[0] for r in tables["native"]), "twice = id * 2 + v"
     assert str(errors["native"]).replace("native", "python") == str(errors["python"])

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from tests.dml.conftest import sorted_rows
 from tests.optimize.test_clustering import SCHEMA, _filled, _rows, _share_read, _target
 from txnlog import Table
 from txnlog.optimize import CLUSTERING_PROVIDER, ZCUBE_ID
@@ -50,7 +51,7 @@ def _file_rows(table: Table) -> list[list[tuple]]:
 
 # Z-order's key runs in the default suite through the partitioned test below.
 @pytest.mark.parametrize("curve", ["hilbert", pytest.param("zorder", marks=pytest.mark.soak)])
-def test_spark_sorts_along_the_curve_natively_and_each_file_is_a_run_of_pythons_order(spark: Any, tmp_path: Path, curve: str) -> None:
+def test_spark_sorts_along_the_curve_natively_and_each_file_is_a_run_of_pythons_order(delta_spark: Any, tmp_path: Path, curve: str) -> None:
     """A clustered table (Hilbert) and a Z-order: Spark's own writer writes the files (no row in
     Python), each file's rows are one consecutive run of the order txnlog's Python curve gives
     the same rows (the same range ids, the same key), and files are cut near the target size."""
@@ -68,12 +69,13 @@ def test_spark_sorts_along_the_curve_natively_and_each_file_is_a_run_of_pythons_
     kwargs: dict[str, Any] = {} if clustered else {"z_order_by": ["a", "b"]}
     target = _target(table, 8)
     assert python.optimize(target_size=target, **kwargs) is not None
-    result = spark_optimize(spark, table, target_file_size=target, **kwargs)
+    result = spark_optimize(delta_spark, table, target_file_size=target, **kwargs)
     assert result.version is not None and result.files_removed == 7
     files = table.snapshot().files()
     assert all(p.startswith("job-") for p in files.column("path").to_pylist()), "Spark's own writer wrote them"
     assert 6 <= files.num_rows <= 10
-    assert _rows(table) == before
+    delta_rows = sorted_rows([(r.a, r.b, r.s) for r in delta_spark.read.format("delta").load(table.uri).collect()])
+    assert _rows(table) == before == delta_rows  # and delta-spark reads what Spark wrote
     first = {}
     for i, row in enumerate(python_order):
         first.setdefault(row, i)  # equal rows share a key and sit side by side
