@@ -122,14 +122,16 @@ class SparkTransaction:
     def write_files(self, df: DataFrame, data_change: bool = True) -> list[AddFile]:
         """Write ``df`` as data files on the executors and stage them as adds. Its rows may not
         give a GENERATED ALWAYS identity column (SchemaError), as in delta-spark."""
-        if data_change:
-            self.txn.write_context().conform_spec.check_supplied(df.columns)
-        adds = self._write(df, data_change)
+        adds = self._write(df, data_change, user_rows=True)
         self._count({"numAddedFiles": len(adds)})
         return adds
 
-    def _write(self, df: DataFrame, data_change: bool = True, *, inserted: bool = True, preserve_row_ids: bool = False) -> list[AddFile]:
-        adds = write_files(df, self.txn.write_context(), data_change=data_change, preserve_row_ids=preserve_row_ids)
+    def _write(self, df: DataFrame, data_change: bool = True, *, inserted: bool = True, preserve_row_ids: bool = False,
+               user_rows: bool = False) -> list[AddFile]:
+        ctx = self.txn.write_context()
+        if user_rows and data_change:  # a statement's own rows keep their ids; a user's may not give them
+            ctx.conform_spec.check_supplied(df.columns)
+        adds = write_files(df, ctx, data_change=data_change, preserve_row_ids=preserve_row_ids)
         self.txn.add_files(adds, data_change=data_change)
         self._staged(added=adds)
         if inserted and data_change:
