@@ -1,8 +1,8 @@
 """Change data files written by Spark's own Parquet writer (issue 26): the change feed the DML
 writes natively (UPDATE, DELETE, MERGE; copy-on-write and with deletion vectors) is the one the
 Python tasks write, version by version, on unpartitioned, partitioned and column-mapped tables;
-its cdc files live in a job directory below ``_change_data/``; delta-spark and deltalake read
-them; a failed or killed job leaves only files vacuum removes, and vacuum keeps a committed
+its cdc files live in a job directory below ``_change_data/``; txnlog's Spark reader,
+delta-spark and deltalake read them; a failed or killed job leaves only files vacuum removes, and vacuum keeps a committed
 one while its commit is in the log."""
 
 from __future__ import annotations
@@ -85,29 +85,19 @@ def test_the_dml_change_feed_is_the_same_natively_as_through_the_python_tasks(de
     native_table, python_table = txnlog.Table(native), txnlog.Table(python)
     assert native_table.latest_version() == python_table.latest_version() == 4
     for version in range(5):
-        ours = _changes(native_table, version)
-        assert ours == _changes(python_table, version), f"version {version}"
-        through_spark = ts.read_changes(delta_spark, native, version, version).toArrow().drop_columns(["_commit_timestamp"])
-        assert canonical(through_spark) == ours, f"version {version} through Spark"
+        assert _changes(native_table, version) == _changes(python_table, version), f"version {version}"
+    ours = canonical(native_table.changes(0))
+    assert canonical(ts.read_changes(delta_spark, native, 0).toArrow()) == ours, "txnlog's Spark reader"
+    if not ({"delta.columnMapping.mode", "delta.enableDeletionVectors"} & set(properties)):  # deltalake 1.6 reads neither
+        deltalake = pytest.importorskip("deltalake")
+        columns = ["id", "p", "s", "v", "_change_type", "_commit_version"]
+        theirs = pa.table(deltalake.DeltaTable(native).load_cdf(starting_version=0).read_all()).select(columns)
+        assert canonical(theirs) == canonical(native_table.changes(0).select(columns))
     config = native_table.snapshot().table_configuration
     a_file = pq.read_schema(os.path.join(native, native_cdc[2][0]))
     expected = [config.physical_name(n) for n in ("id", "k", "day", "s", "st", "v", "p") if n not in partition_by] + ["_change_type"]
     assert sorted(a_file.names) == sorted(expected), "physical names, no partition column, _change_type under its name"
     assert_feed_agrees(delta_spark, native)
-
-
-def test_deltalake_reads_the_native_change_feed_of_a_partitioned_table(spark: Any, tmp_path: Path) -> None:
-    deltalake = pytest.importorskip("deltalake")
-    uri = str(tmp_path / "t")
-    ts.write(spark.range(0, 20, 1, 2).selectExpr("id", "concat('p', id % 2) as p", "id * 10 as v"), uri, partition_by=["p"], properties=CDF)
-    with ts.transaction(spark, uri) as tx:
-        tx.update("id % 3 = 0", {"v": "v + 1"})
-    assert all(_is_native(p) for p in _cdc_paths(uri)[1]) and _cdc_paths(uri)[1]
-    columns = ["id", "p", "v", "_change_type", "_commit_version"]
-    theirs = pa.table(deltalake.DeltaTable(uri).load_cdf(starting_version=1).read_all()).select(columns)
-    assert canonical(theirs) == canonical(txnlog.Table(uri).changes(1).select(columns))
-    assert sorted((r["id"], r["_change_type"]) for r in theirs.to_pylist() if r["_change_type"] != "insert") == \
-        sorted([(i, kind) for i in range(0, 20, 3) for kind in ("update_postimage", "update_preimage")])
 
 
 def _change_rows(spark: Any, n: int, kind: str = "'delete'") -> Any:
