@@ -9,6 +9,9 @@ lists that directory and turns each file into an ``AddFile``: partition values f
 directories and statistics from its footer (:func:`txnlog.write.parquet_file_stats`, the rules
 of txnlog's own writer), in the table's own serialization.
 
+Change data files (:func:`write_native_changes`) go the same way into a job directory below
+``_change_data/``, with ``_change_type`` beside the physical columns, as ``cdc`` actions.
+
 Spark's output committer stages the files in the job directory's ``_temporary/`` and moves them
 into place when the job commits; no ``_SUCCESS`` marker is written. A killed job leaves files
 no commit names in the job directory, ``_temporary/`` included, and vacuum removes them.
@@ -106,7 +109,9 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     and dates, casts other than exact widenings, files cut at an explicit ``target_file_size``
     (Spark writes one file per task and partition, as delta-spark does), tables in
     ``memory://``, and tables outside the local file system unless :data:`NATIVE_WRITE_CONF` is
-    ``true``."""
+    ``true``. Change rows are asked as a rewrite's (``data_change`` False, the table's columns
+    and ``_change_type``, which is no table column): the reasons about types, casts, location
+    and the session apply to them; generated columns and a target size do not."""
     setting = (df.sparkSession.conf.get(NATIVE_WRITE_CONF, "auto") or "auto").lower()
     if setting == "false":
         return f"{NATIVE_WRITE_CONF}=false"
@@ -364,8 +369,8 @@ class _SparkWrite:
                         raise check.error(count, _example(rows, check) if check.with_example else None)
             written = _written_files(store, self.directory, ctx.table_configuration, describe)
             if results is None and written:
-                raise SparkJobError(f"{self.job}: Spark reported no counts of the written rows (NOT NULL, CHECK constraints, replaceWhere) "
-                                    f"although it wrote {len(written)} file(s); nothing is committed")
+                raise SparkJobError(f"{self.job}: Spark reported no counts of the written rows for the checks they must pass"
+                                    f", although it wrote {len(written)} file(s); nothing is committed")
             return written
         except BaseException:
             _delete_directory(store, self.directory)
