@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +19,9 @@ import pytest
 
 import txnlog
 import txnlog.spark as ts
-from tests.conftest import REPO_ROOT, session_confs
+from tests.conftest import session_confs
 from tests.interop.agree import assert_feed_agrees, canonical
-from tests.spark.test_native_write import _assert_vacuum_leaves_only_the_table, _history, python_tasks
+from tests.spark.test_native_write import _assert_vacuum_leaves_only_the_table, _history, kill_while_staging, python_tasks
 from txnlog.errors import InvalidArgumentError
 from txnlog.maintenance import vacuum
 from txnlog.spark import SparkJobError
@@ -164,27 +160,6 @@ def test_a_killed_cdc_job_leaves_only_files_vacuum_removes(spark: Any, tmp_path:
     tasks write into ``_change_data/job-*/_temporary/``: vacuum removes every file it left."""
     uri = str(tmp_path / "t")
     ts.write(spark.range(5).selectExpr("id", "'x' as s"), uri, properties=CDF)
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    child = subprocess.Popen([sys.executable, str(script), uri, str(REPO_ROOT)], start_new_session=True, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    staged_glob = "_change_data/job-*/_temporary/**/*.parquet"
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if [p for p in Path(uri).glob(staged_glob) if p.stat().st_size > 0]:
-                break
-            assert child.poll() is None, "the child ended before it wrote"
-            time.sleep(0.5)
-        else:
-            pytest.fail("the child's job wrote no file in 300 s")
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait(30)
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-    time.sleep(1)
-    assert list(Path(uri).glob(staged_glob)), "the kill left staged files"
+    kill_while_staging(tmp_path, uri, CHILD, "_change_data/job-*/_temporary/**/*.parquet")
     assert txnlog.Table(uri).latest_version() == 0
     _assert_vacuum_leaves_only_the_table(uri)
