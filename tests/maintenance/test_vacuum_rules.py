@@ -146,14 +146,19 @@ def test_an_unknown_rule_is_refused(table_path: Path) -> None:
 
 def test_an_engine_jobs_staged_files_are_orphans_other_hidden_files_are_not(table_path: Path) -> None:
     """Spark's output committer stages a job's files in ``_temporary/`` below the job directory
-    txnlog's native writer gives it: a killed job's files there are vacuumed like any orphan; a
-    ``_temporary/`` anywhere else (not txnlog's) stays hidden."""
+    txnlog's native writer gives it, at the table root or (change data) in ``_change_data/``: a
+    killed job's files there are vacuumed like any orphan; a ``_temporary/`` anywhere else (not
+    txnlog's) stays hidden."""
     table = build(table_path, 1)
     root = table.uri.removeprefix("file://")
     job = "job-" + "0123456789abcdef" * 2
     staged = [f"{job}/_temporary/0/_temporary/attempt_1/part-00000.snappy.parquet",
-              f"{job}/_temporary/0/task_1/p=a/part-00001.snappy.parquet", f"{job}/part-00002.snappy.parquet"]
-    hidden = ["_temporary/0/part-00003.parquet", "job-not-hex/_temporary/part-00004.parquet", f"{job}/_other/part-00005.parquet"]
+              f"{job}/_temporary/0/task_1/p=a/part-00001.snappy.parquet", f"{job}/part-00002.snappy.parquet",
+              f"_change_data/{job}/_temporary/0/_temporary/attempt_2/p=a/part-00006.snappy.parquet",
+              f"_change_data/{job}/p=a/part-00007.snappy.parquet"]
+    hidden = ["_temporary/0/part-00003.parquet", "job-not-hex/_temporary/part-00004.parquet", f"{job}/_other/part-00005.parquet",
+              "_change_data/job-not-hex/_temporary/part-00008.parquet", f"_change_data/p=a/{job}/_temporary/part-00009.parquet",
+              f"_change_data/_temporary/{job}/part-00010.parquet"]
     month_ago = time.time() - 30 * 86_400
     for name in staged + hidden:
         os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)

@@ -16,7 +16,8 @@ the retention ago, and while it was written less than the retention ago (a write
 Everything else goes: old tombstones, and orphans of aborted writes (files under the table root
 the log never named). Only files below the table root are ever considered; hidden paths
 (``_delta_log/``, ``_txnlog/``, any ``_``/``.`` name that is not a partition directory,
-``_change_data/`` and the ``_temporary/`` of an engine's job directory excepted) and the Iceberg ``metadata/`` directory never are. A log entry naming
+``_change_data/`` and the ``_temporary/`` of an engine's job directory, at the root or in
+``_change_data/``, excepted) and the Iceberg ``metadata/`` directory never are. A log entry naming
 a path outside the root makes vacuum refuse before it deletes anything.
 
 Every file considered that is not live at the latest version gets a :class:`VacuumDecision`:
@@ -126,10 +127,11 @@ def _hidden(path: str, partition_columns: frozenset[str]) -> bool:
     parts = path.split("/")
     if len(parts) > 1 and parts[0] in _NEVER_TOP:
         return True
+    job = 1 if parts[0] == CHANGE_DATA_DIR else 0  # where an engine's job directory would be: the root's or _change_data's
     for i, part in enumerate(parts):
         if i == 0 and part == CHANGE_DATA_DIR and len(parts) > 1:
             continue  # change data files are vacuumed like data files, as Delta does
-        if part == "_temporary" and i > 0 and OUTPUT_DIRECTORY.match(parts[0]):
+        if part == "_temporary" and i > job and OUTPUT_DIRECTORY.match(parts[job]):
             continue  # an engine's output committer staged a job's files here: vacuumed as orphans when the job died
         if part.startswith(("_", ".")):
             is_partition_dir = i < len(parts) - 1 and "=" in part and part.split("=", 1)[0] in partition_columns

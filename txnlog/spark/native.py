@@ -9,6 +9,9 @@ lists that directory and turns each file into an ``AddFile``: partition values f
 directories and statistics from its footer (:func:`txnlog.write.parquet_file_stats`, the rules
 of txnlog's own writer), in the table's own serialization.
 
+Change data files (:func:`write_native_changes`) go the same way into a job directory below
+``_change_data/``, with ``_change_type`` beside the physical columns, as ``cdc`` actions.
+
 Spark's output committer stages the files in the job directory's ``_temporary/`` and moves them
 into place when the job commits; no ``_SUCCESS`` marker is written. A killed job leaves files
 no commit names in the job directory, ``_temporary/`` included, and vacuum removes them.
@@ -21,10 +24,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow.parquet as pq
 from pyspark.sql import Observation
@@ -36,19 +39,23 @@ from txnlog import properties as props
 from txnlog.dml import replace_where_violation
 from txnlog.errors import SchemaError, TxnLogError
 from txnlog.expressions import FilePredicate
-from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
+from txnlog.log import AddCDCFile
+from txnlog.read import CHANGE_TYPE, CHANGE_TYPES, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, SparkJobError, column, hadoop_table_path, job_error, session_confs, spark_schema_of
 from txnlog.spark.conform import conformed, spark_types
 from txnlog.write import (
+    CHANGE_DATA_DIR,
     MAX_TASKS,
     TASK_SPAN,
     Fill,
     IdentityAllocator,
     RowKind,
+    check_change_columns,
     constraint_violation,
     encode_log_path,
     generated_mismatch,
     identity_overflow,
+    invalid_change_type,
     last_identity_index,
     null_values,
     output_directory,
@@ -59,7 +66,13 @@ from txnlog.write import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from txnlog.storage import LogStore
+    from txnlog import TableConfiguration
+    from txnlog.storage import FileInfo, LogStore
+    from txnlog.write import ConformSpec
+
+W = TypeVar("W", AddFile, AddCDCFile)
+#: What one written file becomes: from the file, its partition values and its footer.
+_Describe = Callable[["FileInfo", dict[str, str | None], pq.ParquetFile], W]
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +109,9 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     and dates, casts other than exact widenings, files cut at an explicit ``target_file_size``
     (Spark writes one file per task and partition, as delta-spark does), tables in
     ``memory://``, and tables outside the local file system unless :data:`NATIVE_WRITE_CONF` is
-    ``true``."""
+    ``true``. Change rows are asked as a rewrite's (``data_change`` False, the table's columns
+    and ``_change_type``, which is no table column): the reasons about types, casts, location
+    and the session apply to them; generated columns and a target size do not."""
     setting = (df.sparkSession.conf.get(NATIVE_WRITE_CONF, "auto") or "auto").lower()
     if setting == "false":
         return f"{NATIVE_WRITE_CONF}=false"
@@ -202,20 +217,12 @@ def write_native(
     ``require``: a replaceWhere every row must match (ProtocolViolationError, nothing kept).
     ``rows_per_file``: the rows are written in their order (no repartition), a file cut every
     that many rows of a task."""
-    spark = df.sparkSession
     spec = ctx.conform_spec
     config = ctx.table_configuration
-    mapped = config.is_column_mapped
-    logical = {f.name: f for f in spark_schema_of(spec.schema_string).fields}
-    supplied = {table_column.name: column(name) for name, table_column in zip(df.columns, spec.supplied(df.columns)) if table_column is not None}
+    logical = _logical_fields(spec)
     # Rows of a rewrite that changes no data (a compaction) are copies: nothing is filled or refused.
     kind = RowKind.INSERT if data_change else RowKind.COPY
-    previous = (F.lit(None), F.lit(None)) if kind is RowKind.COPY else None  # the ids are written below, as given
-    # The write planner has refused a GENERATED ALWAYS column given by a user's rows; these may be a
-    # statement's, whose kept rows carry their ids (only NULLs are numbered, as in the Python tasks).
-    values = conformed(spec, kind, supplied, previous=previous, types={n: f.dataType for n, f in logical.items()}, refuse_always=False)
-    values.pop(ROW_ID, None)
-    values.pop(ROW_COMMIT_VERSION, None)
+    values = _table_values(df, spec, kind, logical)
     overflows: dict[str, TxnLogError] = {}
     if kind is RowKind.INSERT and any(c.identity is not None for c in spec.columns):
         df, numbered, overflows = _numbered(df, ctx)
@@ -229,65 +236,145 @@ def write_native(
     generated: list[_Check] = []
     if kind is RowKind.INSERT and any(c.fill is Fill.GENERATED for c in spec.columns):
         rows, generated = _generated(rows, ctx, logical)
-    checks = generated + _checks(ctx, logical, require)
-    observation = Observation("txnlog native write") if checks else None
-    if observation is not None:
-        rows = rows.observe(observation, *[check.count.alias(f"check{i}") for i, check in enumerate(checks)])
+    select = _physical_columns(values, logical, config.is_column_mapped)
+    if preserve_row_ids:
+        hidden = config.row_id_columns(f"table {ctx.table_uri}")
+        select += [column(_STAGED_ROW_ID).alias(hidden.row_id), column(_STAGED_COMMIT_VERSION).alias(hidden.row_commit_version)]
+    job = _SparkWrite(ctx, output_directory(), f"the Spark job writing data files of table {ctx.table_uri} with Spark's Parquet writer",
+                      generated + _checks(ctx, logical, require), overflows)
+
+    def added(info: FileInfo, partition_values: dict[str, str | None], parquet: pq.ParquetFile) -> AddFile:
+        stats = parquet_file_stats(parquet, config.schema, ctx.stats_columns, mapped=config.is_column_mapped, nan_in_max=True)
+        return AddFile(path=encode_log_path(info.path), partition_values=partition_values, size=info.size,
+                       modification_time=info.modification_time, data_change=data_change, stats=stats)
+
+    return job.run(rows, select, added, partition_by=partition_by, rows_per_file=rows_per_file)
+
+
+def write_native_changes(df: DataFrame, ctx: WriteContext) -> list[AddCDCFile]:
+    """Write change rows ``df`` (the table's columns and ``_change_type``; :func:`unsupported`
+    None for them as a rewrite) as change data files of the table ``ctx`` describes with Spark's
+    Parquet writer: in a job directory below ``_change_data/``, partitioned like the table, with
+    physical column names and ``_change_type`` under that name, as
+    :func:`txnlog.write.write_change_files` writes them; their ``cdc`` actions. The rows are old
+    or already checked (pre-images, deleted rows, rows a statement wrote): no identity,
+    generated column or constraint applies, only that each ``_change_type`` is one of
+    :data:`txnlog.read.CHANGE_TYPES` (InvalidArgumentError, nothing kept)."""
+    check_change_columns(ctx, df.columns)
+    spec = ctx.conform_spec
+    logical = _logical_fields(spec)
+    values = _table_values(df, spec, RowKind.COPY, logical)
+    rows = df.select(*[value.alias(name) for name, value in values.items()], column(CHANGE_TYPE).cast("string").alias(CHANGE_TYPE))
+    select = [*_physical_columns(values, logical, ctx.table_configuration.is_column_mapped), column(CHANGE_TYPE)]
+    valid = _Check(~F.coalesce(column(CHANGE_TYPE).isin(*CHANGE_TYPES), F.lit(False)),
+                   lambda _count, example: invalid_change_type(ctx.table_uri, example.get(CHANGE_TYPE) if isinstance(example, dict) else None))
+    job = _SparkWrite(ctx, f"{CHANGE_DATA_DIR}/{output_directory()}",
+                      f"the Spark job writing change data files of table {ctx.table_uri} with Spark's Parquet writer", [valid])
+
+    def change_file(info: FileInfo, partition_values: dict[str, str | None], _parquet: pq.ParquetFile) -> AddCDCFile:
+        return AddCDCFile(encode_log_path(info.path), partition_values, info.size, data_change=False)
+
+    return job.run(rows, select, change_file, partition_by=None)
+
+
+def _logical_fields(spec: ConformSpec) -> dict[str, Any]:
+    """The table's columns as Spark fields (with their column mapping metadata), by name."""
+    return {f.name: f for f in spark_schema_of(spec.schema_string).fields}
+
+
+def _table_values(df: DataFrame, spec: ConformSpec, kind: RowKind, logical: Mapping[str, Any]) -> dict[str, Column]:
+    """Each table column's value in ``df``'s rows of ``kind``, by logical name (row ids apart)."""
+    supplied = {table_column.name: column(name) for name, table_column in zip(df.columns, spec.supplied(df.columns)) if table_column is not None}
+    previous = (F.lit(None), F.lit(None)) if kind is RowKind.COPY else None  # the ids are written apart, as given
+    # The write planner has refused a GENERATED ALWAYS column given by a user's rows; these may be a
+    # statement's, whose kept rows carry their ids (only NULLs are numbered, as in the Python tasks).
+    values = conformed(spec, kind, supplied, previous=previous, types={n: f.dataType for n, f in logical.items()}, refuse_always=False)
+    values.pop(ROW_ID, None)
+    values.pop(ROW_COMMIT_VERSION, None)
+    return values
+
+
+def _physical_columns(names: Iterable[str], logical: Mapping[str, Any], mapped: bool) -> list[Column]:
+    """The ``select`` list renaming the logical columns ``names`` to their physical names, with
+    Parquet field ids (nested ones by a cast) under column mapping."""
     select: list[Column] = []
-    for name in values:
+    for name in names:
         field = logical[name]
         value = column(name)
         if mapped and _has_nested_mapping(field.dataType):
             value = value.cast(_physical_type(field.dataType, mapped))
         select.append(value.alias(_physical_name(field, mapped), metadata=_field_id(field, mapped)))
-    if preserve_row_ids:
-        hidden = config.row_id_columns(f"table {ctx.table_uri}")
-        select += [column(_STAGED_ROW_ID).alias(hidden.row_id), column(_STAGED_COMMIT_VERSION).alias(hidden.row_commit_version)]
-    partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
-    repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
-    out = rows.select(*select)
-    if repartition_by and rows_per_file is None:
-        out = out.repartition(*[column(k) for k in repartition_by])
+    return select
 
-    store = ctx.open_store()
-    directory = output_directory()
-    target = hadoop_table_path(store.uri_of(directory))
-    # "error", not its alias "errorifexists", which Spark Connect's client refuses.
-    writer = out.write.mode("error").option("compression", ctx.compression)
-    # No _SUCCESS marker: it is hidden, so vacuum would keep it forever.
-    writer = writer.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
-    if target.startswith("file:") or "://" not in target:
-        # No .crc side files: hidden too, and stale ones fail later reads.
-        writer = writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem").option("fs.file.impl.disable.cache", "true")
-    if partition_keys:
-        writer = writer.partitionBy(*partition_keys)
-    if rows_per_file is not None:
-        writer = writer.option("maxRecordsPerFile", str(rows_per_file))
-    job = f"the Spark job writing data files of table {ctx.table_uri} with Spark's Parquet writer"
-    try:
-        with session_confs(spark, _WRITE_CONFS):
-            writer.parquet(target)
-    except SPARK_FAILURES as e:
-        _delete_directory(store, directory)  # what Spark's abort left (a killed job's files wait for vacuum)
-        overflow = next((error for mark, error in overflows.items() if mark in str(e)), None)
-        if overflow is not None:
-            raise overflow from None
-        raise job_error(e, job) from e
-    try:
-        results = _observed(observation)
-        if results is not None:
-            for i, check in enumerate(checks):
-                count = int(results.get(f"check{i}") or 0)
-                if count:
-                    raise check.error(count, _example(rows, check) if check.with_example else None)
-        added = _added_files(store, directory, ctx, data_change=data_change)
-        if results is None and added:
-            raise SparkJobError(f"{job}: Spark reported no counts of the written rows (NOT NULL, CHECK constraints, replaceWhere) "
-                                f"although it wrote {len(added)} file(s); nothing is committed")
-        return added
-    except BaseException:
-        _delete_directory(store, directory)
-        raise
+
+class _SparkWrite:
+    """One job of Spark's Parquet writer into ``directory`` (below the table root): its rows
+    counted for ``checks`` on the way, then each file it wrote described from its footer; the
+    directory's files deleted when anything fails. ``overflows``: an identity overflow's error
+    by the mark Spark's failure text carries for it."""
+
+    def __init__(self, ctx: WriteContext, directory: str, job: str, checks: list[_Check],
+                 overflows: Mapping[str, TxnLogError] | None = None) -> None:
+        self.ctx = ctx
+        self.store = ctx.open_store()
+        self.directory = directory
+        self.job = job
+        self.checks = checks
+        self.overflows = dict(overflows or {})
+
+    def run(self, rows: DataFrame, select: list[Column], describe: _Describe[W], *,
+            partition_by: Sequence[str] | None, rows_per_file: int | None = None) -> list[W]:
+        """Write ``rows`` (logical columns) as ``select`` gives them (physical ones), repartitioned
+        by ``partition_by`` (default: the table's partition columns) unless ``rows_per_file`` cuts
+        the files; ``describe`` turns each non-empty file into its action."""
+        ctx, spec, store = self.ctx, self.ctx.conform_spec, self.store
+        logical = _logical_fields(spec)
+        mapped = ctx.table_configuration.is_column_mapped
+        checks = self.checks
+        observation = Observation("txnlog native write") if checks else None
+        if observation is not None:
+            rows = rows.observe(observation, *[check.count.alias(f"check{i}") for i, check in enumerate(checks)])
+        partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
+        repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
+        out = rows.select(*select)
+        if repartition_by and rows_per_file is None:
+            out = out.repartition(*[column(k) for k in repartition_by])
+        target = hadoop_table_path(store.uri_of(self.directory))
+        # "error", not its alias "errorifexists", which Spark Connect's client refuses.
+        writer = out.write.mode("error").option("compression", ctx.compression)
+        # No _SUCCESS marker: it is hidden, so vacuum would keep it forever.
+        writer = writer.option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        if target.startswith("file:") or "://" not in target:
+            # No .crc side files: hidden too, and stale ones fail later reads.
+            writer = writer.option("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem").option("fs.file.impl.disable.cache", "true")
+        if partition_keys:
+            writer = writer.partitionBy(*partition_keys)
+        if rows_per_file is not None:
+            writer = writer.option("maxRecordsPerFile", str(rows_per_file))
+        try:
+            with session_confs(rows.sparkSession, _WRITE_CONFS):
+                writer.parquet(target)
+        except SPARK_FAILURES as e:
+            _delete_directory(store, self.directory)  # what Spark's abort left (a killed job's files wait for vacuum)
+            overflow = next((error for mark, error in self.overflows.items() if mark in str(e)), None)
+            if overflow is not None:
+                raise overflow from None
+            raise job_error(e, self.job) from e
+        try:
+            results = _observed(observation)
+            if results is not None:
+                for i, check in enumerate(checks):
+                    count = int(results.get(f"check{i}") or 0)
+                    if count:
+                        raise check.error(count, _example(rows, check) if check.with_example else None)
+            written = _written_files(store, self.directory, ctx.table_configuration, describe)
+            if results is None and written:
+                raise SparkJobError(f"{self.job}: Spark reported no counts of the written rows for the checks they must pass"
+                                    f", although it wrote {len(written)} file(s); nothing is committed")
+            return written
+        except BaseException:
+            _delete_directory(store, self.directory)
+            raise
 
 
 def _observed(observation: Observation | None) -> dict[str, Any] | None:
@@ -418,40 +505,33 @@ def _example(rows: DataFrame, check: _Check) -> object | None:
     return found[0].asDict(recursive=True) if found else None
 
 
-def _added_files(store: LogStore, directory: str, ctx: WriteContext, *, data_change: bool) -> list[AddFile]:
-    """An ``AddFile`` for each data file the job left in ``directory`` (empty ones deleted)."""
-    config = ctx.table_configuration
+def _written_files(store: LogStore, directory: str, config: TableConfiguration, describe: _Describe[W]) -> list[W]:
+    """``describe`` of each Parquet file the job left in ``directory`` (its partition values, from
+    the directories below it, and its footer); files without rows are deleted (a task without
+    rows still wrote one)."""
+    depth = len(directory.split("/"))
     listed = [info for info in store.walk_files(directory)
-              if info.name.endswith(".parquet") and not any(p.startswith(("_", ".")) for p in info.path.split("/"))]
+              if info.name.endswith(".parquet") and not any(p.startswith(("_", ".")) for p in info.path.split("/")[depth:])]
 
-    def added(info: Any) -> AddFile | None:
-        where = f"data file {store.uri_of(info.path)}"
+    def described(info: FileInfo) -> W | None:
         with store.open_input(info.path) as stream:
             try:
                 parquet = pq.ParquetFile(stream)
                 if parquet.metadata.num_rows == 0:
                     return None
-                stats = parquet_file_stats(parquet, config.schema, ctx.stats_columns, mapped=config.is_column_mapped, nan_in_max=True)
+                where = f"data file {store.uri_of(info.path)}"
+                return describe(info, written_partition_values(info.path.split("/")[depth:-1], config, where), parquet)
             except TxnLogError:
                 raise
             except Exception as e:  # pyarrow's errors for a file it cannot read
-                raise SchemaError(f"{where} written by Spark cannot be read back: {e}") from e
-        directories = info.path.split("/")[1:-1]
-        return AddFile(
-            path=encode_log_path(info.path),
-            partition_values=written_partition_values(directories, config, where),
-            size=info.size,
-            modification_time=info.modification_time,
-            data_change=data_change,
-            stats=stats,
-        )
+                raise SchemaError(f"data file {store.uri_of(info.path)} written by Spark cannot be read back: {e}") from e
 
     with ThreadPoolExecutor(max_workers=_FOOTER_THREADS) as pool:
-        found = list(pool.map(added, listed))
-    for info, add in zip(listed, found):
-        if add is None:
-            store.delete(info.path)  # a task without rows: Spark still wrote a file
-    return [add for add in found if add is not None]
+        found = list(pool.map(described, listed))
+    for info, action in zip(listed, found):
+        if action is None:
+            store.delete(info.path)
+    return [action for action in found if action is not None]
 
 
 def _delete_directory(store: LogStore, directory: str) -> None:
@@ -463,4 +543,4 @@ def _delete_directory(store: LogStore, directory: str) -> None:
         logger.warning("could not delete the files of a failed write in %s: %s", store.uri_of(directory), e)
 
 
-__all__ = ["NATIVE_WRITE_CONF", "unsupported", "write_native"]
+__all__ = ["NATIVE_WRITE_CONF", "unsupported", "write_native", "write_native_changes"]

@@ -29,7 +29,7 @@ from txnlog.errors import InvalidArgumentError, SchemaError, TxnLogError
 from txnlog.log import AddCDCFile, decode_action, encode_action
 from txnlog.read import CHANGE_TYPE, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import SPARK_FAILURES, arrow_schema_of_struct, decode_error, encode_error, job_error, require_dataframe
-from txnlog.spark.native import unsupported, write_native
+from txnlog.spark.native import unsupported, write_native, write_native_changes
 from txnlog.write import Fill, IdentityAllocator, write_change_files
 
 if TYPE_CHECKING:
@@ -144,11 +144,18 @@ def write_files(
 
 def write_change_rows(df: DataFrame, ctx: WriteContext) -> list[AddCDCFile]:
     """Write ``df`` (the table's columns and ``_change_type``) as change data files of the table
-    ``ctx`` describes, on the executors, each task through ``txnlog.write.write_change_files``:
-    ``cdc-*.parquet`` under ``_change_data/``, partitioned like the table. Their ``cdc`` actions,
-    for ``txn.add_cdc_files``."""
+    ``ctx`` describes, partitioned like the table below ``_change_data/``; their ``cdc`` actions,
+    for ``txn.add_cdc_files``. Spark's Parquet writer writes them into a job directory there
+    (:func:`txnlog.spark.native.write_native_changes`) where it writes data files natively
+    (:func:`~txnlog.spark.native.unsupported`, the rows taken as a rewrite's: every column
+    supplied, none generated or numbered); else each task writes ``cdc-*.parquet`` files through
+    ``txnlog.write.write_change_files``."""
     require_dataframe(df)
     check_schema(df, ctx, extra=(CHANGE_TYPE,))
+    fallback = unsupported(df, ctx, data_change=False)
+    if fallback is None:
+        return write_native_changes(df, ctx)
+    logger.debug("change data files of table %s written by Python tasks: %s", ctx.table_uri, fallback)
     task = _WriteTask(ctx, False, None, list(df.columns), change_files=True)
     rows = _run_tasks(df, ctx, task, None, f"the Spark job writing change data files of table {ctx.table_uri}", "change data")
     return _decoded(rows, "cdc", AddCDCFile)

@@ -4,7 +4,7 @@ data files for the change data feed.
 This ``__all__`` is what engines may use; the modules behind it are the core's own.
 """
 
-from txnlog.write.changes import CHANGE_DATA_DIR, write_change_files
+from txnlog.write.changes import CHANGE_DATA_DIR, check_change_columns, invalid_change_type, write_change_files
 from txnlog.write.conform import (
     MAX_TASKS,
     TASK_SPAN,
@@ -50,11 +50,13 @@ __all__ = [
     "WrittenFiles",
     "arrow_schema_of",
     "as_reader",
+    "check_change_columns",
     "constraint_violation",
     "delete_rows",
     "encode_log_path",
     "file_stats",
     "generated_mismatch",
+    "invalid_change_type",
     "identity_overflow",
     "last_identity_index",
     "null_values",

@@ -42,10 +42,7 @@ def write_change_files(
     (``txn.add_cdc_files``); CHECK constraints are not applied (pre-images and deleted rows are
     old rows)."""
     reader = as_reader(data)
-    if CHANGE_TYPE_COLUMN not in reader.schema.names:
-        raise SchemaError(f"change rows for table {context.table_uri} need a {CHANGE_TYPE_COLUMN} column", field=CHANGE_TYPE_COLUMN)
-    if CHANGE_TYPE_COLUMN.lower() in {f.name.lower() for f in context.schema}:
-        raise SchemaError(f"table {context.table_uri} has a column named {CHANGE_TYPE_COLUMN}, which change data reserves", field=CHANGE_TYPE_COLUMN)
+    check_change_columns(context, reader.schema.names)
     schema = context.schema.append(_CHANGE_TYPE_FIELD)
     adds = write_data_files(
         store if store is not None else context.open_store(),
@@ -61,17 +58,28 @@ def write_change_files(
     return [AddCDCFile(a.path, a.partition_values, a.size or 0, data_change=False) for a in adds]
 
 
+def check_change_columns(context: WriteContext, names: Iterable[str]) -> None:
+    """SchemaError unless change rows with columns ``names`` can be written to the table:
+    they need a ``_change_type`` column, and the table may not have one of its own."""
+    if CHANGE_TYPE_COLUMN not in names:
+        raise SchemaError(f"change rows for table {context.table_uri} need a {CHANGE_TYPE_COLUMN} column", field=CHANGE_TYPE_COLUMN)
+    if CHANGE_TYPE_COLUMN.lower() in {f.name.lower() for f in context.schema}:
+        raise SchemaError(f"table {context.table_uri} has a column named {CHANGE_TYPE_COLUMN}, which change data reserves", field=CHANGE_TYPE_COLUMN)
+
+
+def invalid_change_type(table_uri: str, found: object) -> InvalidArgumentError:
+    """The error for change rows whose ``_change_type`` is ``found``, not one of :data:`CHANGE_TYPES`."""
+    return InvalidArgumentError(f"change rows for table {table_uri}: {CHANGE_TYPE_COLUMN} {found!r} is not one of {', '.join(CHANGE_TYPES)}")
+
+
 def _checked(reader: pa.RecordBatchReader, table_uri: str) -> Iterator[pa.RecordBatch]:
     allowed = pa.array(CHANGE_TYPES)
     for batch in reader:
         kinds = batch.column(CHANGE_TYPE_COLUMN)
         bad = pc.invert(pc.fill_null(pc.is_in(kinds, value_set=allowed), False))
         if pc.any(bad).as_py():
-            found = kinds.filter(bad)[0].as_py()
-            raise InvalidArgumentError(
-                f"change rows for table {table_uri}: {CHANGE_TYPE_COLUMN} {found!r} is not one of {', '.join(CHANGE_TYPES)}"
-            )
+            raise invalid_change_type(table_uri, kinds.filter(bad)[0].as_py())
         yield batch
 
 
-__all__ = ["CHANGE_DATA_DIR", "CHANGE_TYPES", "CHANGE_TYPE_COLUMN", "write_change_files"]
+__all__ = ["CHANGE_DATA_DIR", "CHANGE_TYPES", "CHANGE_TYPE_COLUMN", "check_change_columns", "invalid_change_type", "write_change_files"]

@@ -571,8 +571,8 @@ def unescape_path_name(text: str) -> str:
 
 _ESCAPED = re.compile(r"%([0-9A-Fa-f]{2})")
 
-#: The directory (below the table root) one job of an engine's own Parquet writer writes its
-#: files into: ``job-`` and 32 hex digits. The files stay there once committed; while the job
+#: The directory (below the table root, or below ``_change_data/`` for change data files) one job
+#: of an engine's own Parquet writer writes its files into: ``job-`` and 32 hex digits. The files stay there once committed; while the job
 #: runs, its output committer stages them in ``_temporary/`` below it, which vacuum therefore
 #: treats as an interrupted write's files, not as a hidden directory.
 OUTPUT_DIRECTORY = re.compile(r"^job-[0-9a-f]{32}$")
