@@ -20,14 +20,6 @@ from txnlog.storage import LogStore, open_store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-#: JVM options for every Spark JVM the tests start (the shared session's, and the child processes'
-#: through the environment). The tests' jobs are small and short: C2's compilations never pay
-#: back the CPU they take from two cores, and C1 alone ran the Spark modules 25-35% faster here.
-#: Semantics do not change; the benchmarks keep the JVM's defaults.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)  # read by spark-submit's launcher
-os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)  # a standalone cluster's master and workers
-
 
 def _conformance_root() -> Path | None:
     """The corpus (``tables/`` and ``expected/``): $TXNLOG_CONFORMANCE_DIR, else ../shared/conformance."""

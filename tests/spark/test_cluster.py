@@ -51,8 +51,6 @@ if mode == "connect":
     builder = builder.remote(target)
 else:
     builder = builder.master(target).config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    # The executors' JVMs with the test session's options (tests/conftest.py).
-    builder = builder.config("spark.executor.extraJavaOptions", os.environ.get("SPARK_SUBMIT_OPTS", ""))
     if mode == "connect-cluster":
         # Spark 4's connect API mode: a local Connect server whose master is the standalone
         # cluster, and this client talks to it over gRPC.
