@@ -268,6 +268,46 @@ def test_delta_spark_and_deltalake_read_what_the_native_path_wrote(delta_spark: 
         assert [(r["id"], r["p"], r["s"], r["dec"]) for r in independent] == [(r[0], r[1], r[2], r[6]) for r in expected]
 
 
+EDGE_PARTITIONS = "k int, ts timestamp, ntz timestamp_ntz, dec decimal(20,7), f float, d double"
+EDGE_ROWS = [
+    (0, dt.datetime(2020, 1, 1, tzinfo=UTC), dt.datetime(2020, 1, 1, 12, 30, 5, 123000), decimal.Decimal("1.5"), 0.1, 1e10),
+    (1, dt.datetime(1850, 6, 1, 0, 0, 0, 1, tzinfo=UTC), dt.datetime(1, 1, 1, 0, 0, 0, 1), decimal.Decimal("0.0000001"),
+     float("inf"), float("nan")),
+    (2, None, None, None, None, None),
+    (3, dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+     decimal.Decimal("-12345.6789012"), -0.0, float("-inf")),
+    (4, dt.datetime(2021, 3, 14, 10, 30, 0, 500, tzinfo=UTC), dt.datetime(2021, 3, 14, 4, 30), decimal.Decimal("0"),
+     3.4028235e38, 5e-324),
+]
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles"])
+def test_timestamp_decimal_and_floating_partitions_are_written_natively_as_the_python_tasks_write_them(
+        delta_spark: Any, tmp_path: Path, zone: str) -> None:
+    """Partition columns of every type whose directory text Spark's writer can give back exactly
+    (NaN, infinities, -0.0, the extremes of floats and doubles, scaled decimals, microseconds,
+    years 1 and 9999): the same partition values as txnlog's own writer, and the rows read back
+    by txnlog and delta-spark as written. A timestamp partition is the same instant in a session
+    whose zone has daylight saving time and local mean time before 1883."""
+    partition_by = ["ts", "ntz", "dec", "f", "d"]
+
+    def comparable(row: Any) -> tuple[Any, ...]:
+        return tuple("NaN" if isinstance(v, float) and v != v else v for v in row)
+
+    with session_confs(delta_spark, {"spark.sql.session.timeZone": zone}):
+        df = delta_spark.createDataFrame(EDGE_ROWS, EDGE_PARTITIONS)
+        native, python = _both(delta_spark, tmp_path, lambda uri: ts.write(df, uri, partition_by=partition_by))
+        assert _stats_by_file(native) == _stats_by_file(python)
+        expected = sorted(comparable(r) for r in df.collect())
+        for uri in (native, python):
+            assert sorted(comparable(r) for r in ts.read(delta_spark, uri).select(*df.columns).collect()) == expected
+        seen = delta_spark.read.format("delta").load(native).select(*df.columns).collect()
+        assert sorted(comparable(r) for r in seen) == expected
+    # The instant, not the session's wall clock, as txnlog's writer serializes it.
+    assert {dict(f["partition_values"])["ts"] for f in _files(native)} == \
+        {None, "2020-01-01T00:00:00.000000Z", "1850-06-01T00:00:00.000001Z", "1969-12-31T23:59:59.999999Z", "2021-03-14T10:30:00.000500Z"}
+
+
 def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_same(spark: Any, tmp_path: Path) -> None:
     """Each case the native path does not do yet is named, and the write still succeeds through
     the Python tasks with their result."""

@@ -87,8 +87,13 @@ _WRITE_CONFS = {
     "spark.sql.parquet.fieldId.write.enabled": "true",
 }
 _FIELD_ID = "parquet.field.id"
-# Types whose Spark cast to string (the partition directory Spark writes) parses back exactly.
-_PARTITION_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType)
+# Partition column types whose directory text Spark writes parses back as the same value: its cast
+# to string for all but TimestampType (Java's shortest round-tripping text for floats, plain
+# decimals with their scale, wall-clock text for timestamp_ntz), which is written as UTC text
+# (:func:`_utc_text`) because Spark would render it in the session's time zone.
+_PARTITION_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType, T.FloatType,
+                    T.DoubleType, T.DecimalType, T.TimestampType, T.TimestampNTZType)
+_MICROS_PER_DAY = 86_400_000_000
 _LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
                T.DoubleType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType)
 # Casts Spark makes exactly as txnlog's writer does (every value fits).
@@ -105,8 +110,7 @@ _SHOWN = "_txnlog_expected"
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
     write it then), or None. Not yet native: generated columns in a session whose time zone is
-    not UTC, NOT NULL inside structs, partition columns other than strings, integers, booleans
-    and dates, casts other than exact widenings, files cut at an explicit ``target_file_size``
+    not UTC, NOT NULL inside structs, binary partition columns, casts other than exact widenings, files cut at an explicit ``target_file_size``
     (Spark writes one file per task and partition, as delta-spark does), tables in
     ``memory://``, and tables outside the local file system unless :data:`NATIVE_WRITE_CONF` is
     ``true``. Change rows are asked as a rewrite's (``data_change`` False, the table's columns
@@ -337,6 +341,10 @@ class _SparkWrite:
         partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
         repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
         out = rows.select(*select)
+        # A timestamp partition's directory carries its UTC text (parsed back as the instant).
+        zoned = [f.name for f in out.schema.fields if f.name in partition_keys and isinstance(f.dataType, T.TimestampType)]
+        if zoned:
+            out = out.withColumns({name: _utc_text(column(name)) for name in zoned})
         if repartition_by and rows_per_file is None:
             out = out.repartition(*[column(k) for k in repartition_by])
         target = hadoop_table_path(store.uri_of(self.directory))
@@ -375,6 +383,21 @@ class _SparkWrite:
         except BaseException:
             _delete_directory(store, self.directory)
             raise
+
+
+def _utc_text(timestamp: Column) -> Column:
+    """``timestamp`` as ``yyyy-MM-dd HH:mm:ss.SSSSSS`` in UTC, in any session time zone: the
+    date from the whole days since the epoch and the time from the microseconds left, in
+    integer arithmetic (no zone rules, no rounding through a double)."""
+    micros = F.unix_micros(timestamp)
+    of_day = F.pmod(micros, F.lit(_MICROS_PER_DAY))
+    day = F.date_from_unix_date(((micros - of_day) / F.lit(_MICROS_PER_DAY)).cast("int"))
+
+    def part(micros_per_unit: int, units: int, width: int) -> Column:
+        return F.lpad((F.floor(of_day / F.lit(micros_per_unit)) % F.lit(units)).cast("string"), width, "0")
+
+    return F.concat(day.cast("string"), F.lit(" "), part(3_600_000_000, 24, 2), F.lit(":"), part(60_000_000, 60, 2), F.lit(":"),
+                    part(1_000_000, 60, 2), F.lit("."), F.lpad((of_day % F.lit(1_000_000)).cast("string"), 6, "0"))
 
 
 def _observed(observation: Observation | None) -> dict[str, Any] | None:
