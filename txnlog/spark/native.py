@@ -244,8 +244,7 @@ def write_native(
     if preserve_row_ids:
         hidden = config.row_id_columns(f"table {ctx.table_uri}")
         select += [column(_STAGED_ROW_ID).alias(hidden.row_id), column(_STAGED_COMMIT_VERSION).alias(hidden.row_commit_version)]
-    job = _SparkWrite(ctx, output_directory(), f"the Spark job writing data files of table {ctx.table_uri} with Spark's Parquet writer",
-                      generated + _checks(ctx, logical, require), overflows)
+    job = _SparkWrite(ctx, logical, output_directory(), "data file", generated + _checks(ctx, logical, require), overflows)
 
     def added(info: FileInfo, partition_values: dict[str, str | None], parquet: pq.ParquetFile) -> AddFile:
         stats = parquet_file_stats(parquet, config.schema, ctx.stats_columns, mapped=config.is_column_mapped, nan_in_max=True)
@@ -272,8 +271,7 @@ def write_native_changes(df: DataFrame, ctx: WriteContext) -> list[AddCDCFile]:
     select = [*_physical_columns(values, logical, ctx.table_configuration.is_column_mapped), column(CHANGE_TYPE)]
     valid = _Check(~F.coalesce(column(CHANGE_TYPE).isin(*CHANGE_TYPES), F.lit(False)),
                    lambda _count, example: invalid_change_type(ctx.table_uri, example.get(CHANGE_TYPE) if isinstance(example, dict) else None))
-    job = _SparkWrite(ctx, f"{CHANGE_DATA_DIR}/{output_directory()}",
-                      f"the Spark job writing change data files of table {ctx.table_uri} with Spark's Parquet writer", [valid])
+    job = _SparkWrite(ctx, logical, f"{CHANGE_DATA_DIR}/{output_directory()}", "change data file", [valid])
 
     def change_file(info: FileInfo, partition_values: dict[str, str | None], _parquet: pq.ParquetFile) -> AddCDCFile:
         return AddCDCFile(encode_log_path(info.path), partition_values, info.size, data_change=False)
@@ -312,17 +310,20 @@ def _physical_columns(names: Iterable[str], logical: Mapping[str, Any], mapped: 
 
 
 class _SparkWrite:
-    """One job of Spark's Parquet writer into ``directory`` (below the table root): its rows
-    counted for ``checks`` on the way, then each file it wrote described from its footer; the
-    directory's files deleted when anything fails. ``overflows``: an identity overflow's error
-    by the mark Spark's failure text carries for it."""
+    """One job of Spark's Parquet writer into ``directory`` (below the table root), writing files
+    of ``file_kind`` ("data file", "change data file") of the table whose columns ``logical``
+    gives: its rows counted for ``checks`` on the way, then each file it wrote described from its
+    footer; the directory's files deleted when anything fails. ``overflows``: an identity
+    overflow's error by the mark Spark's failure text carries for it."""
 
-    def __init__(self, ctx: WriteContext, directory: str, job: str, checks: list[_Check],
+    def __init__(self, ctx: WriteContext, logical: Mapping[str, Any], directory: str, file_kind: str, checks: list[_Check],
                  overflows: Mapping[str, TxnLogError] | None = None) -> None:
         self.ctx = ctx
+        self.logical = logical
         self.store = ctx.open_store()
         self.directory = directory
-        self.job = job
+        self.file_kind = file_kind
+        self.job = f"the Spark job writing {file_kind}s of table {ctx.table_uri} with Spark's Parquet writer"
         self.checks = checks
         self.overflows = dict(overflows or {})
 
@@ -331,8 +332,7 @@ class _SparkWrite:
         """Write ``rows`` (logical columns) as ``select`` gives them (physical ones), repartitioned
         by ``partition_by`` (default: the table's partition columns) unless ``rows_per_file`` cuts
         the files; ``describe`` turns each non-empty file into its action."""
-        ctx, spec, store = self.ctx, self.ctx.conform_spec, self.store
-        logical = _logical_fields(spec)
+        ctx, spec, store, logical = self.ctx, self.ctx.conform_spec, self.store, self.logical
         mapped = ctx.table_configuration.is_column_mapped
         checks = self.checks
         observation = Observation("txnlog native write") if checks else None
@@ -375,7 +375,7 @@ class _SparkWrite:
                     count = int(results.get(f"check{i}") or 0)
                     if count:
                         raise check.error(count, _example(rows, check) if check.with_example else None)
-            written = _written_files(store, self.directory, ctx.table_configuration, describe)
+            written = _written_files(store, self.directory, self.file_kind, ctx.table_configuration, describe)
             if results is None and written:
                 raise SparkJobError(f"{self.job}: Spark reported no counts of the written rows for the checks they must pass"
                                     f", although it wrote {len(written)} file(s); nothing is committed")
@@ -528,26 +528,26 @@ def _example(rows: DataFrame, check: _Check) -> object | None:
     return found[0].asDict(recursive=True) if found else None
 
 
-def _written_files(store: LogStore, directory: str, config: TableConfiguration, describe: _Describe[W]) -> list[W]:
-    """``describe`` of each Parquet file the job left in ``directory`` (its partition values, from
-    the directories below it, and its footer); files without rows are deleted (a task without
-    rows still wrote one)."""
+def _written_files(store: LogStore, directory: str, file_kind: str, config: TableConfiguration, describe: _Describe[W]) -> list[W]:
+    """``describe`` of each Parquet file (a ``file_kind``) the job left in ``directory`` (its
+    partition values, from the directories below it, and its footer); files without rows are
+    deleted (a task without rows still wrote one)."""
     depth = len(directory.split("/"))
     listed = [info for info in store.walk_files(directory)
               if info.name.endswith(".parquet") and not any(p.startswith(("_", ".")) for p in info.path.split("/")[depth:])]
 
     def described(info: FileInfo) -> W | None:
+        where = f"{file_kind} {store.uri_of(info.path)}"
         with store.open_input(info.path) as stream:
             try:
                 parquet = pq.ParquetFile(stream)
                 if parquet.metadata.num_rows == 0:
                     return None
-                where = f"data file {store.uri_of(info.path)}"
                 return describe(info, written_partition_values(info.path.split("/")[depth:-1], config, where), parquet)
             except TxnLogError:
                 raise
             except Exception as e:  # pyarrow's errors for a file it cannot read
-                raise SchemaError(f"data file {store.uri_of(info.path)} written by Spark cannot be read back: {e}") from e
+                raise SchemaError(f"{where} written by Spark cannot be read back: {e}") from e
 
     with ThreadPoolExecutor(max_workers=_FOOTER_THREADS) as pool:
         found = list(pool.map(described, listed))
