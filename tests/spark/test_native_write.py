@@ -316,12 +316,13 @@ def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_s
     def context(uri: str) -> txnlog.WriteContext:
         return txnlog.WriteContext.for_snapshot(txnlog.Table(uri).snapshot())
 
-    uri = str(tmp_path / "nested")
-    txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("s", pa.struct([pa.field("x", pa.int64(), nullable=False)]))]))
-    nested = spark.createDataFrame([(1, (2,))], "id long, s struct<x: long>")
-    assert unsupported(nested, context(uri), data_change=True) == "NOT NULL fields inside column 's'"
-    ts.write(nested, uri)
-    assert txnlog.Table(uri).snapshot().num_files == 1
+    # Spark writes a binary partition's directory as UTF-8 text: not Delta's one character per byte.
+    uri = str(tmp_path / "binary")
+    txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("b", pa.binary())]), partition_by=["b"])
+    binary = spark.createDataFrame([(1, bytearray(b"\xff"))], "id long, b binary")
+    assert unsupported(binary, context(uri), data_change=True) == "partition column 'b' of type binary"
+    ts.write(binary, uri)
+    assert txnlog.Table(uri).snapshot().to_arrow().to_pylist() == [{"id": 1, "b": b"\xff"}]
     assert not any(f["path"].startswith("job-") for f in _files(uri))
     # Generated columns are computed in UTC, as txnlog's writer computes them and prunes by them.
     uri = str(tmp_path / "generated")
@@ -349,6 +350,74 @@ def test_nulls_in_a_not_null_column_are_refused_and_nothing_is_left(spark: Any, 
         ts.write(bad, uri)
     assert (str(native.value), native.value.field) == (str(python.value), python.value.field) == (str(native.value), "id")
     assert txnlog.Table(uri).latest_version() == 0
+
+
+NESTED = pa.schema([
+    ("id", pa.int64()),
+    ("s", pa.struct([pa.field("x", pa.int64(), nullable=False), ("inner", pa.struct([pa.field("y", pa.string(), nullable=False)]))])),
+    ("arr", pa.list_(pa.struct([pa.field("z", pa.int32(), nullable=False)]))),
+    ("els", pa.list_(pa.field("element", pa.int32(), nullable=False))),
+    ("m", pa.map_(pa.string(), pa.field("value", pa.struct([pa.field("w", pa.int64(), nullable=False)]), nullable=False))),
+])
+NESTED_SPARK = "id long, s struct<x: long, inner: struct<y: string>>, arr array<struct<z: int>>, els array<int>, m map<string, struct<w: long>>"
+
+
+@pytest.mark.parametrize("mapping", [pytest.param("none", marks=pytest.mark.soak), "id"])
+def test_not_null_fields_inside_columns_are_kept_natively_as_the_python_tasks_keep_them(
+        spark: Any, tmp_path: Path, mapping: str) -> None:
+    """NOT NULL inside structs, list elements and map values: nulls where a rule allows them
+    (under a null struct, a null list or map, a nullable element) are written natively with the
+    Python tasks' stats and rows; each rule broken is refused with the Python tasks' error, its
+    count of nulls the same, and nothing is kept."""
+    properties = {} if mapping == "none" else {"delta.columnMapping.mode": mapping}
+    good = [
+        (1, (1, ("a",)), [(1,), None, (2,)], [1, 2], {"k": (1,)}),
+        (2, None, None, None, None),
+        (3, (2, None), [], [], {}),
+        (4, (3, ("b",)), [None], [3], {"k": (2,), "j": (3,)}),
+    ]
+
+    def write(uri: str) -> None:
+        txnlog.Table.create(uri, NESTED, properties=properties)
+        ts.write(spark.createDataFrame(good, NESTED_SPARK), uri)
+
+    native, python = _both(spark, tmp_path, write)
+    assert _stats_by_file(native) == _stats_by_file(python)
+    assert txnlog.Table(native).snapshot().to_arrow().sort_by("id") == txnlog.Table(python).snapshot().to_arrow().sort_by("id")
+    # The same Parquet fields: NOT NULL inside is `required` either way, so every reader sees it.
+    def shape(field: pa.Field) -> Any:  # types and nullability at every level, not names (random under id mapping)
+        children = [field.type.field(i) for i in range(field.type.num_fields)]
+        return (field.nullable, str(field.type) if not children else [shape(c) for c in children])
+
+    native_file, python_file = (pq.read_schema(str(Path(uri) / _files(uri)[0]["path"])) for uri in (native, python))
+    assert [shape(f) for f in native_file] == [shape(f) for f in python_file]
+    broken = {
+        "s.x": [(5, (None, ("c",)), None, None, None), (6, (None, None), None, None, None)],
+        "s.inner.y": [(5, (1, (None,)), None, None, None)],
+        "arr.element.z": [(5, None, [(None,), (1,), (None,)], None, None), (6, None, [(None,)], None, None)],
+        "els.element": [(5, None, None, [1, None], None)],
+        "m.value": [(5, None, None, None, {"k": None})],
+        "m.value.w": [(5, None, None, None, {"k": (None,), "j": (None,)})],
+    }
+    for field, rows in broken.items():
+        errors = []
+        for uri, confs in ((native, {}), (python, {NATIVE_WRITE_CONF: "false"})):
+            with session_confs(spark, confs), pytest.raises(SchemaError) as refused:
+                ts.write(spark.createDataFrame(good + rows, NESTED_SPARK), uri)
+            errors.append((str(refused.value), refused.value.field))
+            assert txnlog.Table(uri).latest_version() == 1
+        assert errors[0] == errors[1] and errors[0][1] == field, errors
+    assert {str(p.relative_to(native)).split("/")[0] for p in Path(native).rglob("*.parquet")} == \
+        {f["path"].split("/")[0] for f in _files(native)}  # no refused job left a file
+    # A MERGE's rewrite and inserts keep the same rules (the rows cast to the table's types).
+    source = spark.createDataFrame([(1, (7, None), None, [7], {"n": (7,)}), (9, None, [(9,)], None, None)], NESTED_SPARK)
+    for uri, confs in ((native, {}), (python, {NATIVE_WRITE_CONF: "false"})):
+        with session_confs(spark, confs):
+            ts.merge(spark, uri, source, on="id", when_matched_update="*", when_not_matched_insert="*")
+    merged = txnlog.Table(native).snapshot().to_arrow().sort_by("id")
+    assert merged == txnlog.Table(python).snapshot().to_arrow().sort_by("id")
+    assert ts.read(spark, native).toArrow().sort_by("id").to_pylist() == merged.to_pylist()
+    assert merged.column("id").to_pylist() == [1, 2, 3, 4, 9] and merged.column("s").to_pylist()[0] == {"x": 7, "inner": None}
 
 
 @pytest.mark.parametrize("mapping", ["none", "name"])

@@ -19,6 +19,7 @@ import orjson
 import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -211,6 +212,20 @@ def quote_column(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def nullable_inside(kind: Any) -> Any:
+    """``kind`` with every struct field, list element and map value nullable: the type a value is
+    cast to. Spark refuses a cast that adds NOT NULL inside a type; the nulls there are for the
+    writer to count against the table's rules, as it counts a column's, and a reader returns
+    what the files hold."""
+    if isinstance(kind, T.StructType):
+        return T.StructType([T.StructField(f.name, nullable_inside(f.dataType), True, f.metadata) for f in kind.fields])
+    if isinstance(kind, T.ArrayType):
+        return T.ArrayType(nullable_inside(kind.elementType), True)
+    if isinstance(kind, T.MapType):
+        return T.MapType(nullable_inside(kind.keyType), nullable_inside(kind.valueType), True)
+    return kind
+
+
 def column(name: str) -> Any:
     """The top-level column called ``name`` (whatever characters it holds)."""
     return F.col(quote_column(name))
@@ -232,6 +247,7 @@ def decode_error(text: str) -> TxnLogError:
 
 
 __all__ = [
+    "nullable_inside",
     "SPARK_FAILURES",
     "SparkJobError",
     "SparkWorkerPythonError",

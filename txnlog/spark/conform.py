@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from txnlog.errors import InvalidArgumentError
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
-from txnlog.spark.common import spark_schema_of
+from txnlog.spark.common import nullable_inside, spark_schema_of
 from txnlog.write import ConformSpec, Fill, RowKind
 
 if TYPE_CHECKING:
@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 
 def spark_types(spec: ConformSpec) -> dict[str, Any]:
-    """Each table column's Spark type (a Delta schemaString is Spark's StructType JSON)."""
-    return {f.name: f.dataType for f in spark_schema_of(spec.schema_string).fields}
+    """Each table column's Spark type (a Delta schemaString is Spark's StructType JSON) as a value
+    is cast to it: NOT NULL inside it left to the writer (:func:`nullable_inside`)."""
+    return {f.name: nullable_inside(f.dataType) for f in spark_schema_of(spec.schema_string).fields}
 
 
 def conformed(
@@ -43,7 +44,7 @@ def conformed(
     ``kind`` keeps them from ``previous`` (the rows' earlier id and commit version).
     ``refuse_always``: inserted rows may not give a GENERATED ALWAYS identity column (False for
     rows a statement already conformed, whose kept rows carry their ids)."""
-    types = types if types is not None else spark_types(spec)
+    types = {name: nullable_inside(kind) for name, kind in (types if types is not None else spark_types(spec)).items()}
     if kind is RowKind.INSERT and refuse_always:
         spec.check_supplied(values, "a MERGE insert")
     out: dict[str, Column] = {}

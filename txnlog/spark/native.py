@@ -57,6 +57,8 @@ from txnlog.write import (
     identity_overflow,
     invalid_change_type,
     last_identity_index,
+    null_elements,
+    null_map_values,
     null_values,
     output_directory,
     parquet_file_stats,
@@ -110,7 +112,7 @@ _SHOWN = "_txnlog_expected"
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
     write it then), or None. Not yet native: generated columns in a session whose time zone is
-    not UTC, NOT NULL inside structs, binary partition columns, casts other than exact widenings, files cut at an explicit ``target_file_size``
+    not UTC, binary partition columns, casts other than exact widenings, files cut at an explicit ``target_file_size``
     (Spark writes one file per task and partition, as delta-spark does), tables in
     ``memory://``, and tables outside the local file system unless :data:`NATIVE_WRITE_CONF` is
     ``true``. Change rows are asked as a rewrite's (``data_change`` False, the table's columns
@@ -137,8 +139,6 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     for name, kind in types.items():
         if not _leaves_supported(kind):
             return f"column '{name}' of type {kind.simpleString()}"
-        if _nested_not_null(kind):
-            return f"NOT NULL fields inside column '{name}'"
         if name.lower() in partitions and not isinstance(kind, _PARTITION_TYPES):
             return f"partition column '{name}' of type {kind.simpleString()}"
     given = {f.name: f.dataType for f in df.schema.fields}
@@ -168,6 +168,19 @@ def _leaves_supported(kind: Any) -> bool:
     return isinstance(kind, _LEAF_TYPES)
 
 
+def _physical_type(kind: Any, mapped: bool) -> Any:
+    """A logical Spark type with physical names and Parquet field ids at every level (its
+    nullability kept)."""
+    if isinstance(kind, T.StructType):
+        return T.StructType([T.StructField(_physical_name(f, mapped), _physical_type(f.dataType, mapped), f.nullable, _field_id(f, mapped))
+                             for f in kind.fields])
+    if isinstance(kind, T.ArrayType):
+        return T.ArrayType(_physical_type(kind.elementType, mapped), kind.containsNull)
+    if isinstance(kind, T.MapType):
+        return T.MapType(_physical_type(kind.keyType, mapped), _physical_type(kind.valueType, mapped), kind.valueContainsNull)
+    return kind
+
+
 def _nested_not_null(kind: Any) -> bool:
     if isinstance(kind, T.StructType):
         return any(not f.nullable or _nested_not_null(f.dataType) for f in kind.fields)
@@ -178,16 +191,49 @@ def _nested_not_null(kind: Any) -> bool:
     return False
 
 
-def _physical_type(kind: Any, mapped: bool) -> Any:
-    """A logical Spark type with physical names and Parquet field ids at every level."""
+def _with_nested_not_null(value: Column, kind: Any) -> Column:
+    """``value`` rebuilt so that Spark knows the NOT NULLs inside ``kind`` (its Parquet fields then
+    ``required``, as txnlog's own writer writes them): a NOT NULL field's null under a null
+    struct, which the rules allow, becomes a placeholder of its type, as in txnlog's writer (a
+    reader sees only the null struct). Nulls the rules forbid were counted by the checks, which
+    refuse the write; the placeholders they got are never committed."""
+    if not _nested_not_null(kind):
+        return value
+
+    def required(item: Column, item_kind: Any, nullable: bool) -> Column:
+        item = _with_nested_not_null(item, item_kind)
+        return item if nullable else F.coalesce(item, _placeholder(item_kind))
+
     if isinstance(kind, T.StructType):
-        return T.StructType([T.StructField(_physical_name(f, mapped), _physical_type(f.dataType, mapped), True, _field_id(f, mapped))
-                             for f in kind.fields])
+        fields = [required(value.getField(f.name), f.dataType, f.nullable).alias(f.name) for f in kind.fields]
+        return F.when(value.isNotNull(), F.struct(*fields))
     if isinstance(kind, T.ArrayType):
-        return T.ArrayType(_physical_type(kind.elementType, mapped), True)
+        return F.transform(value, lambda item: required(item, kind.elementType, kind.containsNull))
     if isinstance(kind, T.MapType):
-        return T.MapType(_physical_type(kind.keyType, mapped), _physical_type(kind.valueType, mapped), True)
-    return kind
+        keyed = F.transform_keys(value, lambda key, _value: _with_nested_not_null(key, kind.keyType)) if _nested_not_null(kind.keyType) else value
+        return F.transform_values(keyed, lambda _key, item: required(item, kind.valueType, kind.valueContainsNull))
+    return value
+
+
+def _placeholder(kind: Any) -> Column:
+    """A non-null value of ``kind`` (zero, empty, the epoch), NOT NULL at every level."""
+    if isinstance(kind, T.StructType):
+        return F.struct(*[_placeholder(f.dataType).alias(f.name) for f in kind.fields])
+    if isinstance(kind, T.ArrayType | T.MapType):
+        return (F.array() if isinstance(kind, T.ArrayType) else F.create_map()).cast(kind)
+    if isinstance(kind, T.StringType):
+        return F.lit("")
+    if isinstance(kind, T.BinaryType):
+        return F.expr("X''")
+    if isinstance(kind, T.BooleanType):
+        return F.lit(False)
+    if isinstance(kind, T.DateType):
+        return F.expr("DATE'1970-01-01'")
+    if isinstance(kind, T.TimestampType):
+        return F.expr("TIMESTAMP'1970-01-01 00:00:00Z'")
+    if isinstance(kind, T.TimestampNTZType):
+        return F.expr("TIMESTAMP_NTZ'1970-01-01 00:00:00'")
+    return F.lit(0).cast(kind)
 
 
 def _physical_name(field: Any, mapped: bool) -> str:
@@ -302,7 +348,7 @@ def _physical_columns(names: Iterable[str], logical: Mapping[str, Any], mapped: 
     select: list[Column] = []
     for name in names:
         field = logical[name]
-        value = column(name)
+        value = _with_nested_not_null(column(name), field.dataType)
         if mapped and _has_nested_mapping(field.dataType):
             value = value.cast(_physical_type(field.dataType, mapped))
         select.append(value.alias(_physical_name(field, mapped), metadata=_field_id(field, mapped)))
@@ -455,10 +501,12 @@ class _Check:
     error: Callable[[int, object | None], TxnLogError]
     with_example: bool = True
     shown: Column | None = None
+    #: How many values of a failing row break the rule (one when unset), for the error's count.
+    weight: Column | None = None
 
     @property
     def count(self) -> Column:
-        return F.count_if(self.failing)
+        return F.count_if(self.failing) if self.weight is None else F.sum(self.weight)
 
 
 def _nulls(name: str, count: int, _example: object | None) -> TxnLogError:
@@ -471,14 +519,69 @@ def _checks(ctx: WriteContext, logical: Mapping[str, Any], require: str | None) 
     for it. A constraint's SQL is parsed by txnlog first (its errors, before any row) and
     evaluated by Spark, which also decides delta-spark's own writes; a NULL result fails it.
     NaN needs no count: parquet-java's footers show it (:func:`txnlog.write.parquet_file_stats`)."""
-    out = [_Check(column(name).isNull(), functools.partial(_nulls, name), with_example=False)
-           for name, field in logical.items() if not field.nullable]
+    out: list[_Check] = []
+    for name, field in logical.items():  # as the Python tasks check a column: inside it first
+        for nulls, error in _nested_nulls(name, field.dataType):
+            weight = nulls(column(name))
+            out.append(_Check(weight > 0, error, with_example=False, weight=weight))
+        if not field.nullable:
+            out.append(_Check(column(name).isNull(), functools.partial(_nulls, name), with_example=False))
     for name, predicate in ctx.constraints():
         out.append(_Check(~F.coalesce(F.expr(predicate.sql), F.lit(False)), functools.partial(constraint_violation, name, predicate.sql)))
     if require is not None:
         FilePredicate(require, ctx.schema, ctx.partition_columns, ctx.table_configuration.physical_names)  # txnlog's errors first
         out.append(_Check(~F.coalesce(F.expr(require), F.lit(False)), functools.partial(replace_where_violation, require, ctx.table_uri)))
     return out
+
+
+#: A NOT NULL inside a column: how many forbidden nulls a value of the column holds, and the
+#: Python tasks' error for them (naming the path).
+_NestedNulls = tuple[Callable[["Column"], "Column"], Callable[[int, object | None], TxnLogError]]
+
+
+def _nested_nulls(path: str, kind: Any) -> list[_NestedNulls]:
+    """Each NOT NULL rule inside a value of ``kind`` at ``path``, in the order the Python tasks
+    check them (a field's insides before the field): a struct field may be null only where its
+    struct is; list elements and map values marked non-nullable never. Counted by native
+    expressions over the value (a sum over list elements and map entries, zero for a null)."""
+    out: list[_NestedNulls] = []
+
+    def inside(counts: Callable[[Column], Column]) -> Callable[[Column], Column]:
+        return lambda items: F.coalesce(F.aggregate(items, F.lit(0), lambda total, item: total + counts(item)), F.lit(0))
+
+    def is_null(value: Column) -> Column:
+        return F.when(value.isNull(), 1).otherwise(0)
+
+    if isinstance(kind, T.StructType):
+        for f in kind.fields:
+            child = f"{path}.{f.name}"
+            for counts, error in _nested_nulls(child, f.dataType):
+                out.append((functools.partial(_of_field, f.name, counts), error))
+            if not f.nullable:
+                out.append((functools.partial(_null_field, f.name), functools.partial(_nulls, child)))
+    elif isinstance(kind, T.ArrayType):
+        out += [(inside(counts), error) for counts, error in _nested_nulls(f"{path}.element", kind.elementType)]
+        if not kind.containsNull:
+            out.append((inside(is_null), lambda _count, _example: null_elements(path)))
+    elif isinstance(kind, T.MapType):
+        out += [(functools.partial(_in_map, F.map_keys, inside(counts)), error) for counts, error in _nested_nulls(f"{path}.key", kind.keyType)]
+        out += [(functools.partial(_in_map, F.map_values, inside(counts)), error)
+                for counts, error in _nested_nulls(f"{path}.value", kind.valueType)]
+        if not kind.valueContainsNull:
+            out.append((functools.partial(_in_map, F.map_values, inside(is_null)), lambda _count, _example: null_map_values(path)))
+    return out
+
+
+def _in_map(part: Callable[[Column], Column], counts: Callable[[Column], Column], value: Column) -> Column:
+    return counts(part(value))
+
+
+def _of_field(name: str, counts: Callable[[Column], Column], struct: Column) -> Column:
+    return F.coalesce(counts(struct.getField(name)), F.lit(0))
+
+
+def _null_field(name: str, struct: Column) -> Column:
+    return F.when(struct.isNotNull() & struct.getField(name).isNull(), 1).otherwise(0)
 
 
 def _generated(rows: DataFrame, ctx: WriteContext, logical: Mapping[str, Any]) -> tuple[DataFrame, list[_Check]]:

@@ -38,7 +38,16 @@ from txnlog.errors import InvalidArgumentError, LogCorruptError, TxnLogError
 from txnlog.file_facts import parse_partition_values
 from txnlog.log import DeletionVectorError
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
-from txnlog.spark.common import SPARK_FAILURES, column, hadoop_table_path, path_key, read_parquet_files, spark_path_key, spark_schema_of
+from txnlog.spark.common import (
+    SPARK_FAILURES,
+    column,
+    hadoop_table_path,
+    nullable_inside,
+    path_key,
+    read_parquet_files,
+    spark_path_key,
+    spark_schema_of,
+)
 from txnlog.spark.delta import delta_in_session
 
 if TYPE_CHECKING:
@@ -123,7 +132,7 @@ def _delta_scan(spark: SparkSession, snapshot: Snapshot, files: pa.Table, with_r
     logical, _ = table_schemas(snapshot)
     # A cast drops delta-spark's field metadata (column mapping ids, physical names): the
     # DataFrame has the schema txnlog's own reader gives.
-    columns = [column(f.name).cast(f.dataType).alias(f.name) for f in logical.fields]
+    columns = [column(f.name).cast(nullable_inside(f.dataType)).alias(f.name) for f in logical.fields]
     if with_row_ids:
         _row_tracking_columns(snapshot, files)
         columns += [F.col("_metadata.row_id").alias(ROW_ID), F.col("_metadata.row_commit_version").alias(ROW_COMMIT_VERSION)]
@@ -156,7 +165,7 @@ def logical_columns(logical: StructType, snapshot: Snapshot) -> list[Column]:
         if name.lower() in partition_set:
             columns.append(column(name).cast(field.dataType).alias(name))
         elif mapped:
-            columns.append(column(config.physical_name(name)).cast(field.dataType).alias(name))
+            columns.append(column(config.physical_name(name)).cast(nullable_inside(field.dataType)).alias(name))
         else:
             columns.append(column(name).alias(name))
     return columns

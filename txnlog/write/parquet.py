@@ -380,7 +380,7 @@ def _conform(array: pa.Array, dst: pa.DataType, path: str) -> pa.Array:
         keys = _conform(entries.field(0), dst.key_type, f"{path}.key")
         items = _conform(entries.field(1), dst.item_type, f"{path}.value")
         if not dst.item_field.nullable and items.null_count:
-            raise SchemaError(f"map values of '{path}' are non-nullable but the data has nulls", field=f"{path}.value")
+            raise null_map_values(path)
         return pa.MapArray.from_arrays(offsets, keys, items, type=dst, mask=_mask(array))
     if pa.types.is_list(dst):
         if pa.types.is_fixed_size_list(array.type):
@@ -388,7 +388,7 @@ def _conform(array: pa.Array, dst: pa.DataType, path: str) -> pa.Array:
         offsets, values = _list_parts(array)
         values = _conform(values, dst.value_type, f"{path}.element")
         if not dst.value_field.nullable and values.null_count:
-            raise SchemaError(f"elements of '{path}' are non-nullable but the data has nulls", field=f"{path}.element")
+            raise null_elements(path)
         return pa.ListArray.from_arrays(offsets, values, type=dst, mask=_mask(array))
     if array.type == dst:
         return array
@@ -439,6 +439,18 @@ def _conform_struct(array: pa.Array, dst: pa.StructType, path: str) -> pa.Array:
 def null_values(column: str, count: int) -> SchemaError:
     """The error for ``count`` nulls written to non-nullable ``column`` (every writer's)."""
     return SchemaError(f"non-nullable column '{column}' has {count} null values", field=column)
+
+
+def null_elements(path: str) -> SchemaError:
+    """The error for nulls written as elements of list column ``path``, whose elements are not
+    nullable (every writer's)."""
+    return SchemaError(f"elements of '{path}' are non-nullable but the data has nulls", field=f"{path}.element")
+
+
+def null_map_values(path: str) -> SchemaError:
+    """The error for nulls written as values of map column ``path``, whose values are not
+    nullable (every writer's)."""
+    return SchemaError(f"map values of '{path}' are non-nullable but the data has nulls", field=f"{path}.value")
 
 
 def _require_no_nulls(values: pa.Array, parent_valid: pa.Array, path: str) -> None:
