@@ -112,8 +112,9 @@ _SHOWN = "_txnlog_expected"
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
     write it then), or None. Not yet native: generated columns in a session whose time zone is
-    not UTC, binary partition columns, casts other than exact widenings, files cut at an explicit ``target_file_size``
-    (Spark writes one file per task and partition, as delta-spark does), tables in
+    not UTC, binary partition columns, casts other than exact widenings, files cut at an
+    explicit ``target_file_size`` (Spark writes one file per task and partition, as
+    delta-spark does), tables in
     ``memory://``, and tables outside the local file system unless :data:`NATIVE_WRITE_CONF` is
     ``true``. Change rows are asked as a rewrite's (``data_change`` False, the table's columns
     and ``_change_type``, which is no table column): the reasons about types, casts, location
