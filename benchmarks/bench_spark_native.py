@@ -118,18 +118,23 @@ def _python_tasks(spark: Any, fn: Any) -> Any:
     return _with_conf(spark, NATIVE_WRITE_CONF, "false", fn)
 
 
-def writes(spark: Any, rows: int, rounds: int, work: Path) -> list[list[str]]:
+def writes(spark: Any, rows: int, rounds: int, work: Path, partition: str | None = None) -> list[list[str]]:
     """``txnlog.spark.write`` with Spark's Parquet writer (the default) and with txnlog's Python
     tasks, against ``df.write.parquet`` and delta-spark's ``format("delta")``, of one cached
-    DataFrame of 2 partitions; every table is checked to hold the rows."""
-    df = spark.range(0, rows, 1, 2).selectExpr(*COLUMNS).cache()
+    DataFrame of 2 partitions; every table is checked to hold the rows. ``partition``: a SQL
+    expression over the columns, added as column ``part`` that every contender partitions by."""
+    df = spark.range(0, rows, 1, 2).selectExpr(*COLUMNS)
+    by = ["part"] if partition else []
+    if partition:
+        df = df.selectExpr("*", f"{partition} as part")
+    df = df.cache()
     df.count()
     fresh = fresh_paths(work, "w")
     runners = {
-        "txnlog (native)": lambda: ts.write(df, fresh("native")),
-        "txnlog (python tasks)": lambda: _python_tasks(spark, lambda: ts.write(df, fresh("python"))),
-        "parquet": lambda: df.write.parquet(fresh("parquet")),
-        "delta": lambda: df.write.format("delta").save(fresh("delta")),
+        "txnlog (native)": lambda: ts.write(df, fresh("native"), partition_by=by),
+        "txnlog (python tasks)": lambda: _python_tasks(spark, lambda: ts.write(df, fresh("python"), partition_by=by)),
+        "parquet": lambda: df.write.partitionBy(*by).parquet(fresh("parquet")),
+        "delta": lambda: df.write.format("delta").partitionBy(*by).save(fresh("delta")),
     }
     times, _ = interleaved(runners, rounds)
     df.unpersist()
@@ -139,7 +144,7 @@ def writes(spark: Any, rows: int, rounds: int, work: Path) -> list[list[str]]:
     for contender in ("txnlog (native)", "txnlog (python tasks)"):
         vs_parquet = paired_ratio(times[contender], times["parquet"])
         vs_delta = paired_ratio(times[contender], times["delta"])
-        out.append([f"write {rows:,} rows: {contender}", ms(median(times[contender])), ms(median(times["parquet"])),
+        out.append([f"write {rows:,} rows{f' partitioned by {partition}' if partition else ''}: {contender}", ms(median(times[contender])), ms(median(times["parquet"])),
                     ms(median(times["delta"])), f"{ratio(vs_parquet)} ({verdict(vs_parquet, 1.1)})", f"{ratio(vs_delta)} ({verdict(vs_delta, 1.0)})"])
     return out
 
@@ -157,16 +162,20 @@ def main() -> None:
     parser.add_argument("--skip-writes", action="store_true")
     parser.add_argument("--skip-reads", action="store_true")
     parser.add_argument("--connect", action="store_true", help="through Spark Connect (a local Connect server)")
+    parser.add_argument("--time-zone", help="the session's time zone (spark.sql.session.timeZone) for the whole run")
+    parser.add_argument("--partition", help="writes: partition every table by this SQL expression (e.g. \"timestamp_seconds(1700000000 + id %% 24 * 3600)\")")
     args = parser.parse_args()
     setup_logging()
     spark = spark_with_delta("bench-spark-native", connect=args.connect)
+    if args.time_zone:
+        spark.conf.set("spark.sql.session.timeZone", args.time_zone)
     work = WORK_DIR / f"spark-native-{args.rows}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     load_before = os.getloadavg()[0]
     rows = [] if args.skip_reads else reads(spark, args.rows, args.rounds, work)
     if not args.skip_writes:
-        rows += writes(spark, args.rows, args.rounds, work)
+        rows += writes(spark, args.rows, args.rounds, work, args.partition)
     print(machine_line())
     print(f"{type(spark).__module__}.{type(spark).__name__}; load average (1 min) {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; {args.rounds} rounds")
     print(markdown_table(["work", "txnlog", "spark.read/write.parquet", "delta-spark", "vs parquet (goal)", "vs delta-spark (goal)"], rows))

@@ -91,11 +91,10 @@ _WRITE_CONFS = {
 _FIELD_ID = "parquet.field.id"
 # Partition column types whose directory text Spark writes parses back as the same value: its cast
 # to string for all but TimestampType (Java's shortest round-tripping text for floats, plain
-# decimals with their scale, wall-clock text for timestamp_ntz), which is written as UTC text
-# (:func:`_utc_text`) because Spark would render it in the session's time zone.
+# decimals with their scale, wall-clock text for timestamp_ntz), which Spark renders in the
+# session's time zone: outside UTC it is written as its UTC wall clock (:func:`_utc_wall_clock`).
 _PARTITION_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType, T.FloatType,
                     T.DoubleType, T.DecimalType, T.TimestampType, T.TimestampNTZType)
-_MICROS_PER_DAY = 86_400_000_000
 _LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
                T.DoubleType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType)
 # Casts Spark makes exactly as txnlog's writer does (every value fits).
@@ -388,10 +387,11 @@ class _SparkWrite:
         partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
         repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
         out = rows.select(*select)
-        # A timestamp partition's directory carries its UTC text (parsed back as the instant).
+        # A timestamp partition's directory carries its UTC text (parsed back as the instant):
+        # Spark's own in a UTC session, computed here in any other.
         zoned = [f.name for f in out.schema.fields if f.name in partition_keys and isinstance(f.dataType, T.TimestampType)]
-        if zoned:
-            out = out.withColumns({name: _utc_text(column(name)) for name in zoned})
+        if zoned and not _utc_session(rows):
+            out = out.withColumns({name: _utc_wall_clock(column(name)) for name in zoned})
         if repartition_by and rows_per_file is None:
             out = out.repartition(*[column(k) for k in repartition_by])
         target = hadoop_table_path(store.uri_of(self.directory))
@@ -432,19 +432,11 @@ class _SparkWrite:
             raise
 
 
-def _utc_text(timestamp: Column) -> Column:
-    """``timestamp`` as ``yyyy-MM-dd HH:mm:ss.SSSSSS`` in UTC, in any session time zone: the
-    date from the whole days since the epoch and the time from the microseconds left, in
-    integer arithmetic (no zone rules, no rounding through a double)."""
-    micros = F.unix_micros(timestamp)
-    of_day = F.pmod(micros, F.lit(_MICROS_PER_DAY))
-    day = F.date_from_unix_date(((micros - of_day) / F.lit(_MICROS_PER_DAY)).cast("int"))
-
-    def part(micros_per_unit: int, units: int, width: int) -> Column:
-        return F.lpad((F.floor(of_day / F.lit(micros_per_unit)) % F.lit(units)).cast("string"), width, "0")
-
-    return F.concat(day.cast("string"), F.lit(" "), part(3_600_000_000, 24, 2), F.lit(":"), part(60_000_000, 60, 2), F.lit(":"),
-                    part(1_000_000, 60, 2), F.lit("."), F.lpad((of_day % F.lit(1_000_000)).cast("string"), 6, "0"))
+def _utc_wall_clock(timestamp: Column) -> Column:
+    """``timestamp`` as a ``timestamp_ntz`` holding its UTC wall clock, in any session time zone:
+    its microseconds since the epoch added to the epoch's wall clock, which no zone rule touches.
+    Spark writes its directory text as it writes any ``timestamp_ntz``."""
+    return F.timestamp_add("MICROSECOND", F.unix_micros(timestamp), F.expr("TIMESTAMP_NTZ'1970-01-01 00:00:00'"))
 
 
 def _observed(observation: Observation | None) -> dict[str, Any] | None:
