@@ -387,8 +387,8 @@ class _SparkWrite:
         partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
         repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
         out = rows.select(*select)
-        # A timestamp partition's directory carries its UTC text (parsed back as the instant):
-        # Spark's own in a UTC session, computed here in any other.
+        # A timestamp partition's directory carries its UTC wall clock (parsed back as the instant):
+        # Spark's own text in a UTC session, a timestamp_ntz of it in any other.
         zoned = [f.name for f in out.schema.fields if f.name in partition_keys and isinstance(f.dataType, T.TimestampType)]
         if zoned and not _utc_session(rows):
             out = out.withColumns({name: _utc_wall_clock(column(name)) for name in zoned})
