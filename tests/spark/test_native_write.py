@@ -33,6 +33,7 @@ from txnlog.maintenance import vacuum
 from txnlog.schema import delta_field_metadata, generated_column, identity_column
 from txnlog.spark import SparkJobError
 from txnlog.spark.native import NATIVE_WRITE_CONF, unsupported
+from txnlog.write import null_elements, null_map_values, null_values
 
 pytestmark = pytest.mark.spark
 
@@ -367,8 +368,9 @@ def test_not_null_fields_inside_columns_are_kept_natively_as_the_python_tasks_ke
         spark: Any, tmp_path: Path, mapping: str) -> None:
     """NOT NULL inside structs, list elements and map values: nulls where a rule allows them
     (under a null struct, a null list or map, a nullable element) are written natively with the
-    Python tasks' stats and rows; each rule broken is refused with the Python tasks' error, its
-    count of nulls the same, and nothing is kept."""
+    Python tasks' stats, rows and Parquet fields; each rule broken is refused with the error
+    every txnlog writer gives (the nulls inside list elements counted), and nothing is kept; a
+    MERGE's rewrite keeps the same rules."""
     properties = {} if mapping == "none" else {"delta.columnMapping.mode": mapping}
     good = [
         (1, (1, ("a",)), [(1,), None, (2,)], [1, 2], {"k": (1,)}),
@@ -391,22 +393,25 @@ def test_not_null_fields_inside_columns_are_kept_natively_as_the_python_tasks_ke
 
     native_file, python_file = (pq.read_schema(str(Path(uri) / _files(uri)[0]["path"])) for uri in (native, python))
     assert [shape(f) for f in native_file] == [shape(f) for f in python_file]
+    # Each rule broken: the error the core gives every writer, with the nulls counted where
+    # lists hold them; the Python tasks raise the same for the nulls inside list elements.
     broken = {
-        "s.x": [(5, (None, ("c",)), None, None, None), (6, (None, None), None, None, None)],
-        "s.inner.y": [(5, (1, (None,)), None, None, None)],
-        "arr.element.z": [(5, None, [(None,), (1,), (None,)], None, None), (6, None, [(None,)], None, None)],
-        "els.element": [(5, None, None, [1, None], None)],
-        "m.value": [(5, None, None, None, {"k": None})],
-        "m.value.w": [(5, None, None, None, {"k": (None,), "j": (None,)})],
+        "s.x": ([(5, (None, ("c",)), None, None, None), (6, (None, None), None, None, None)], null_values("s.x", 2)),
+        "s.inner.y": ([(5, (1, (None,)), None, None, None)], null_values("s.inner.y", 1)),
+        "arr.element.z": ([(5, None, [(None,), (1,), (None,)], None, None), (6, None, [(None,)], None, None)],
+                          null_values("arr.element.z", 3)),
+        "els.element": ([(5, None, None, [1, None], None)], null_elements("els")),
+        "m.value": ([(5, None, None, None, {"k": None})], null_map_values("m")),
+        "m.value.w": ([(5, None, None, None, {"k": (None,), "j": (None,)})], null_values("m.value.w", 2)),
     }
-    for field, rows in broken.items():
-        errors = []
-        for uri, confs in ((native, {}), (python, {NATIVE_WRITE_CONF: "false"})):
-            with session_confs(spark, confs), pytest.raises(SchemaError) as refused:
-                ts.write(spark.createDataFrame(good + rows, NESTED_SPARK), uri)
-            errors.append((str(refused.value), refused.value.field))
-            assert txnlog.Table(uri).latest_version() == 1
-        assert errors[0] == errors[1] and errors[0][1] == field, errors
+    for field, (rows, expected) in broken.items():
+        with pytest.raises(SchemaError) as refused:
+            ts.write(spark.createDataFrame(good + rows, NESTED_SPARK), native)
+        assert (str(refused.value), refused.value.field) == (str(expected), field)
+        assert txnlog.Table(native).latest_version() == 1
+    with python_tasks(spark), pytest.raises(SchemaError) as refused:
+        ts.write(spark.createDataFrame(good + broken["arr.element.z"][0], NESTED_SPARK), python)
+    assert str(refused.value) == str(broken["arr.element.z"][1])
     assert {str(p.relative_to(native)).split("/")[0] for p in Path(native).rglob("*.parquet")} == \
         {f["path"].split("/")[0] for f in _files(native)}  # no refused job left a file
     # A MERGE's rewrite and inserts keep the same rules (the rows cast to the table's types).
