@@ -359,8 +359,21 @@ NESTED = pa.schema([
     ("arr", pa.list_(pa.struct([pa.field("z", pa.int32(), nullable=False)]))),
     ("els", pa.list_(pa.field("element", pa.int32(), nullable=False))),
     ("m", pa.map_(pa.string(), pa.field("value", pa.struct([pa.field("w", pa.int64(), nullable=False)]), nullable=False))),
+    # NOT NULL fields of every kind under a struct that is null in most rows (placeholders there).
+    ("t", pa.struct([pa.field(n, kind, nullable=False) for n, kind in [
+        ("d", pa.date32()), ("ts", pa.timestamp("us", tz="UTC")), ("b", pa.binary()), ("f", pa.bool_()), ("dec", pa.decimal128(10, 2)),
+        ("l", pa.list_(pa.int32())), ("mm", pa.map_(pa.string(), pa.int32())), ("ntz", pa.timestamp("us")), ("st", pa.string())]])),
 ])
-NESTED_SPARK = "id long, s struct<x: long, inner: struct<y: string>>, arr array<struct<z: int>>, els array<int>, m map<string, struct<w: long>>"
+NESTED_SPARK = ("id long, s struct<x: long, inner: struct<y: string>>, arr array<struct<z: int>>, els array<int>, m map<string, struct<w: long>>, "
+                "t struct<d: date, ts: timestamp, b: binary, f: boolean, dec: decimal(10,2), l: array<int>, mm: map<string,int>, "
+                "ntz: timestamp_ntz, st: string>")
+#: ``t`` of the row with id 1 (null in every other row).
+NESTED_T = (dt.date(2024, 2, 29), dt.datetime(2024, 2, 29, 1, 2, 3, 4, tzinfo=UTC), bytearray(b"\x00\xff"), True, decimal.Decimal("1.25"),
+            [1, None], {"a": 1}, dt.datetime(2024, 2, 29, 1, 2, 3), "t")
+
+
+def _nested_frame(spark: Any, rows: list[tuple[Any, ...]]) -> Any:
+    return spark.createDataFrame([(*r, NESTED_T if r[0] == 1 else None) for r in rows], NESTED_SPARK)
 
 
 @pytest.mark.parametrize("mapping", [pytest.param("none", marks=pytest.mark.soak), "id"])
@@ -382,7 +395,7 @@ def test_not_null_fields_inside_columns_are_kept_natively_as_the_python_tasks_ke
 
     def write(uri: str) -> None:
         txnlog.Table.create(uri, NESTED, properties=properties)
-        ts.write(spark.createDataFrame(good, NESTED_SPARK), uri)
+        ts.write(_nested_frame(spark, good), uri)
 
     native, python = _both(spark, tmp_path, write)
     assert _stats_by_file(native) == _stats_by_file(python)
@@ -407,21 +420,21 @@ def test_not_null_fields_inside_columns_are_kept_natively_as_the_python_tasks_ke
     }
     for field, (rows, expected) in broken.items():
         with pytest.raises(SchemaError) as refused:
-            ts.write(spark.createDataFrame(good + rows, NESTED_SPARK), native)
+            ts.write(_nested_frame(spark, good + rows), native)
         assert (str(refused.value), refused.value.field) == (str(expected), field)
         assert txnlog.Table(native).latest_version() == 1
     with python_tasks(spark), pytest.raises(SchemaError) as refused:
-        ts.write(spark.createDataFrame(good + broken["arr.element.z"][0], NESTED_SPARK), python)
+        ts.write(_nested_frame(spark, good + broken["arr.element.z"][0]), python)
     assert str(refused.value) == str(broken["arr.element.z"][1])
     assert {str(p.relative_to(native)).split("/")[0] for p in Path(native).rglob("*.parquet")} == \
         {f["path"].split("/")[0] for f in _files(native)}  # no refused job left a file
     # A MERGE's rewrite and inserts keep the same rules (the rows cast to the table's types).
-    source = spark.createDataFrame([(1, (7, None), None, [7], {"n": (7,)}), (9, None, [(9,)], None, None)], NESTED_SPARK)
+    source = _nested_frame(spark, [(1, (7, None), None, [7], {"n": (7,)}), (9, None, [(9,)], None, None)])
     for uri, confs in ((native, {}), (python, {NATIVE_WRITE_CONF: "false"})):
         with session_confs(spark, confs):
             ts.merge(spark, uri, source, on="id", when_matched_update="*", when_not_matched_insert="*")
     merged = txnlog.Table(native).snapshot().to_arrow().sort_by("id")
-    assert merged == txnlog.Table(python).snapshot().to_arrow().sort_by("id")
+    assert merged.to_pylist() == txnlog.Table(python).snapshot().to_arrow().sort_by("id").to_pylist()
     assert ts.read(spark, native).toArrow().sort_by("id").to_pylist() == merged.to_pylist()
     # delta-spark reads the nulls under null structs as txnlog does (it refuses to write them).
     by_delta_spark = spark.read.format("delta").load(native).select(*merged.column_names).collect()

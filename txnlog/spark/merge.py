@@ -56,7 +56,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from txnlog import AddFile, CommitResult, OptimisticTransaction, Snapshot, Table
@@ -77,7 +76,7 @@ from txnlog.dml import (
     merge_candidates,
 )
 from txnlog.dml import run_merge as run_on_driver
-from txnlog.errors import InvalidArgumentError
+from txnlog.errors import InvalidArgumentError, SchemaError
 from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.change_data import ChangeRows
 from txnlog.spark.common import SPARK_FAILURES, SparkJobError, arrow_schema_of_struct, job_error, quote_column
@@ -604,8 +603,8 @@ def _merge_on_driver(txn: OptimisticTransaction, spark: Any, source_df: Any, pla
     if limit <= 0:
         return None
     try:
-        declared = to_arrow_schema(source_df.schema)
-    except (TypeError, ValueError, pa.ArrowException):  # a type Arrow cannot hold: Spark merges
+        declared = arrow_schema_of_struct(source_df.schema)
+    except SchemaError:  # a type Arrow cannot hold: Spark merges
         return None
     if not plan.portable(declared):
         return None

@@ -233,6 +233,8 @@ def _placeholder(kind: Any) -> Column:
         return F.expr("TIMESTAMP'1970-01-01 00:00:00Z'")
     if isinstance(kind, T.TimestampNTZType):
         return F.expr("TIMESTAMP_NTZ'1970-01-01 00:00:00'")
+    if isinstance(kind, T.DecimalType):  # from a zero whose cast cannot overflow (a cast that can is nullable)
+        return F.expr("0.0BD" if kind.precision == kind.scale else "0BD").cast(kind)
     return F.lit(0).cast(kind)
 
 
