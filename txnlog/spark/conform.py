@@ -44,7 +44,7 @@ def conformed(
     ``kind`` keeps them from ``previous`` (the rows' earlier id and commit version).
     ``refuse_always``: inserted rows may not give a GENERATED ALWAYS identity column (False for
     rows a statement already conformed, whose kept rows carry their ids)."""
-    types = {name: nullable_inside(kind) for name, kind in (types if types is not None else spark_types(spec)).items()}
+    types = spark_types(spec) if types is None else {name: nullable_inside(kind) for name, kind in types.items()}
     if kind is RowKind.INSERT and refuse_always:
         spec.check_supplied(values, "a MERGE insert")
     out: dict[str, Column] = {}
