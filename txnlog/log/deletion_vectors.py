@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from txnlog.errors import TxnLogError, UnsafePathError, UnsupportedFeatureError
@@ -139,7 +140,9 @@ def parse_bitmap(data: bytes, *, where: str) -> pa.Array:
         bitmap = BitMap64.deserialize(data[4:])
     except Exception as e:  # pyroaring raises ValueError/OverflowError on malformed input
         raise DeletionVectorError(f"deletion vector of {where} is malformed: {e}") from None
-    return pa.array(bitmap.to_array(), pa.uint64()) if len(bitmap) else pa.array([], pa.uint64())
+    # pyarrow walks an array.array element by element (40 ms per 200k rows); a NumPy view of
+    # its buffer converts without a copy.
+    return pa.array(np.frombuffer(bitmap.to_array(), dtype=np.uint64)) if len(bitmap) else pa.array([], pa.uint64())
 
 
 def read_deletion_vector(

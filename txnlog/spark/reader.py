@@ -196,7 +196,8 @@ def _deleted_bitsets(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
         deleted.append(positions)
         blocks = positions >> _BLOCK_BITS
         flat_bytes += ((int(positions[-1]) >> 6) + 1) * 8
-        two_level_bytes += (int(blocks[-1] - blocks[0]) + 1) * 4 + len(np.unique(blocks)) * _BLOCK_WORDS * 8
+        distinct_blocks = 1 + int(np.count_nonzero(np.diff(blocks)))  # positions ascend
+        two_level_bytes += (int(blocks[-1] - blocks[0]) + 1) * 4 + distinct_blocks * _BLOCK_WORDS * 8
     if all(d is None for d in deleted):
         return None
     if flat_bytes <= 2 * two_level_bytes:
@@ -218,7 +219,9 @@ def _deleted_bitsets(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
             starts_of.append(None)
             words.append(None)
             continue
-        present, block_of = np.unique(positions >> _BLOCK_BITS, return_inverse=True)
+        blocks = positions >> _BLOCK_BITS  # ascending, so runs of one block are adjacent
+        block_of = np.concatenate(([0], np.cumsum(np.diff(blocks) != 0)))
+        present = blocks[np.concatenate(([True], np.diff(blocks) != 0))]
         starts = np.zeros(present[-1] - present[0] + 1, dtype=np.int32)
         starts[present - present[0]] = np.arange(len(present), dtype=np.int32) * _BLOCK_WORDS
         empty = np.ones(len(starts), dtype=bool)
