@@ -212,6 +212,13 @@ def quote_column(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string expression whatever it holds: base64 inside the quotes, so
+    no quote or backslash needs escaping under either setting of
+    ``spark.sql.parser.escapedStringLiterals``; the optimizer folds it to a constant."""
+    return f"cast(unbase64('{base64.b64encode(text.encode()).decode()}') AS string)"
+
+
 def nullable_inside(kind: Any) -> Any:
     """``kind`` with every struct field, list element and map value nullable: the type a value is
     cast to. Spark refuses a cast that adds NOT NULL inside a type; the nulls there are for the

@@ -44,9 +44,11 @@ from txnlog.spark.common import (
     hadoop_table_path,
     nullable_inside,
     path_key,
+    quote_column,
     read_parquet_files,
     spark_path_key,
     spark_schema_of,
+    sql_string,
 )
 from txnlog.spark.delta import delta_in_session
 
@@ -152,22 +154,23 @@ def table_schemas(snapshot: Snapshot) -> tuple[StructType, StructType]:
     return spark_schema_of(snapshot.metadata.schema_string), spark_schema_of(snapshot.table_configuration.file_schema_string)
 
 
-def logical_columns(logical: StructType, snapshot: Snapshot) -> list[Column]:
+def logical_columns(logical: StructType, snapshot: Snapshot) -> list[Column | str]:
     """Each logical column of the table from a DataFrame read with :func:`table_schemas`' file
     schema plus the partition columns: physical names under column mapping, partition values
-    cast to their type."""
+    cast to their type. A column that needs neither is its quoted name (what ``select`` takes
+    without building a Column: a py4j round trip instead of several)."""
     config = snapshot.table_configuration
     mapped = config.is_column_mapped
     partition_set = {c.lower() for c in snapshot.partition_columns}
-    columns = []
+    columns: list[Column | str] = []
     for field in logical.fields:
         name = field.name
-        if name.lower() in partition_set:
-            columns.append(column(name).cast(field.dataType).alias(name))
+        if name.lower() in partition_set:  # partition types are primitive: their SQL names parse back
+            columns.append(F.expr(f"CAST({quote_column(name)} AS {field.dataType.simpleString()}) AS {quote_column(name)}"))
         elif mapped:
             columns.append(column(config.physical_name(name)).cast(nullable_inside(field.dataType)).alias(name))
         else:
-            columns.append(column(name).alias(name))
+            columns.append(quote_column(name))
     return columns
 
 
@@ -238,17 +241,18 @@ def _deleted_bitsets(snapshot: Snapshot, files: pa.Table) -> pa.Table | None:
     })
 
 
-def _not_deleted(row_index: Column, two_level: bool) -> Column:
-    """True for a row whose bit is clear in its file's bitset (or whose file has none). A shift
-    and a mask, not ``bit_get``: no bounds check per row."""
+def _not_deleted(row_index: str, two_level: bool) -> str:
+    """SQL that is true for a row whose bit is clear in its file's bitset (or whose file has
+    none); ``row_index`` names the row's position. A shift and a mask, not ``bit_get``: no
+    bounds check per row. SQL text, not Column calls: one parse instead of a py4j round trip
+    per node."""
     if two_level:
-        block = (F.shiftright(row_index, _BLOCK_BITS) - F.col(_DELETED_FIRST)).cast("int")
-        word_index = F.get(F.col(_DELETED_BLOCKS), block) + F.shiftright(row_index, 6).bitwiseAND(_BLOCK_WORDS - 1).cast("int")
+        block = f"cast(shiftright({row_index}, {_BLOCK_BITS}) - {_DELETED_FIRST} AS int)"
+        word_index = f"get({_DELETED_BLOCKS}, {block}) + cast(shiftright({row_index}, 6) & {_BLOCK_WORDS - 1} AS int)"
     else:
-        word_index = F.shiftright(row_index, 6).cast("int")
-    word = F.get(F.col(_DELETED_WORDS), word_index)
-    bit = F.call_function("shiftright", word, row_index.bitwiseAND(63).cast("int")).bitwiseAND(1)
-    return F.coalesce(bit, F.lit(0)) == 0
+        word_index = f"cast(shiftright({row_index}, 6) AS int)"
+    bit = f"shiftright(get({_DELETED_WORDS}, {word_index}), cast({row_index} & 63 AS int)) & 1"
+    return f"coalesce({bit}, 0) = 0"
 
 
 def _spark_paths(df: DataFrame, keys: list[str]) -> list[list[str]] | None:
@@ -327,27 +331,29 @@ def read_files(
             for name in values.column_names:
                 file_rows = file_rows.append_column(name, values.column(name))
         spark_paths = _spark_paths(df, keys)
-        extra = [F.col("_metadata.row_index").alias(_ROW)] if (deleted is not None or with_row_index or with_row_ids) else []
+        # SQL text below, not Column calls: building a plan from Columns costs a py4j round trip
+        # per node (several with pyspark's call-site capture), a third of planning a read.
+        extra = [f"_metadata.row_index AS {_ROW}"] if (deleted is not None or with_row_index or with_row_ids) else []
         if spark_paths is None:  # never seen: Spark lists a file under a name txnlog cannot map
-            df = df.select("*", *extra, spark_path_key(F.col("_metadata.file_path")).alias(_KEY))
+            df = df.select("*", *map(F.expr, extra), spark_path_key(F.col("_metadata.file_path")).alias(_KEY))
             df = df.join(F.broadcast(spark.createDataFrame(file_rows)), on=_KEY, how="inner")
         else:
             # One row per spelling of each file: rows are matched on Spark's text as it is.
             repeat = pa.array([i for i, names in enumerate(spark_paths) for _ in names], pa.int64())
             file_rows = file_rows.take(repeat).append_column(_SPARK_PATH, pa.array([n for names in spark_paths for n in names], pa.string()))
-            df = df.select("*", *extra, F.col("_metadata.file_path").alias(_RAW_PATH))
-            spellings = spark.createDataFrame(file_rows).withColumn(_PATH_HASH, F.xxhash64(F.col(_SPARK_PATH)))
+            spellings = spark.createDataFrame(file_rows).selectExpr("*", f"xxhash64({_SPARK_PATH}) AS {_PATH_HASH}")
             hashes = [row[0] for row in spellings.select(_PATH_HASH).collect()]  # a local relation: no job
             if len(set(hashes)) == len(hashes):
                 # A long per row costs far less to join on than the text (copied, hashed, compared).
-                df = df.withColumn(_SPARK_PATH_HASH, F.xxhash64(F.col(_RAW_PATH)))
-                joined = df.join(F.broadcast(spellings), F.col(_SPARK_PATH_HASH) == F.col(_PATH_HASH), "left")
+                df = df.selectExpr("*", *extra, f"_metadata.file_path AS {_RAW_PATH}", f"xxhash64(_metadata.file_path) AS {_SPARK_PATH_HASH}")
+                joined = df.join(F.broadcast(spellings), F.expr(f"{_SPARK_PATH_HASH} = {_PATH_HASH}"), "left")
             else:  # two of the files' texts hash alike
-                joined = df.join(F.broadcast(spellings), F.col(_RAW_PATH) == F.col(_SPARK_PATH), "left")
-            unmatched = F.raise_error(F.concat(F.lit(f"txnlog: a row of table {snapshot.uri} comes from a file not in its file list: "), F.col(_RAW_PATH)))
-            df = joined.filter(F.when(F.col(_KEY).isNull(), unmatched).otherwise(F.lit(True)))
+                df = df.selectExpr("*", *extra, f"_metadata.file_path AS {_RAW_PATH}")
+                joined = df.join(F.broadcast(spellings), F.expr(f"{_RAW_PATH} = {_SPARK_PATH}"), "left")
+            unmatched = f"raise_error(concat({sql_string(f'txnlog: a row of table {snapshot.uri} comes from a file not in its file list: ')}, {_RAW_PATH}))"
+            df = joined.filter(F.expr(f"CASE WHEN {_KEY} IS NULL THEN {unmatched} ELSE true END"))
         if deleted is not None:
-            df = df.filter(_not_deleted(F.col(_ROW), _DELETED_BLOCKS in deleted.column_names))
+            df = df.filter(F.expr(_not_deleted(_ROW, _DELETED_BLOCKS in deleted.column_names)))
 
     columns = logical_columns(logical, snapshot)
     if with_file_column:
