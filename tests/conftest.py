@@ -162,10 +162,15 @@ def local_session_builder(app_name: str, *, delta: bool = True) -> Any:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "2g")
+        # pyspark's call-site capture for error contexts costs four py4j round trips per Column
+        # call; the tests build many small plans (7% of test_native_write's time).
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # delta-spark rebuilds a snapshot's state with this many tasks (50 by default): tiny
         # test tables load several times faster with two.
         .config("spark.databricks.delta.snapshotPartitions", "2")
     )
+    if os.environ.get("TXNLOG_TEST_EVENT_LOG"):  # a folder: Spark's event log of the run, to see where its time goes
+        builder = builder.config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", os.environ["TXNLOG_TEST_EVENT_LOG"])
     if not delta:
         return builder
     jars_dir = delta_jars_dir()
