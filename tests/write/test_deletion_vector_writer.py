@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("pyroaring")
@@ -49,12 +50,18 @@ def test_z85_round_trip(data: bytes) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(ROW_SETS, min_size=1, max_size=4), st.sampled_from([0, 64, 1 << 20]))
-def test_written_vectors_read_back_as_the_same_rows(tmp_path_factory: pytest.TempPathFactory, row_sets: list[list[int]], max_inline: int) -> None:
+@given(st.lists(ROW_SETS, min_size=1, max_size=4), st.sampled_from([0, 64, 1 << 20]), st.sampled_from(["list", "arrow", "numpy int32"]))
+def test_written_vectors_read_back_as_the_same_rows(tmp_path_factory: pytest.TempPathFactory, row_sets: list[list[int]], max_inline: int, given_as: str) -> None:
+    """Row sets given as Python ints, an Arrow array (what the DML passes) or a NumPy array of
+    another width: each reads back as the same rows."""
     root = tmp_path_factory.mktemp("dv")
     store = open_store(str(root))
     wanted = {f"part-{i}.parquet": rows for i, rows in enumerate(row_sets)}
-    descriptors = write_deletion_vectors(store, wanted, max_inline_bytes=max_inline)
+    if given_as == "numpy int32":
+        wanted = {k: v for k, v in wanted.items() if all(r < 1 << 31 for r in v)}
+        assume(wanted)
+    form = {"list": list, "arrow": lambda rows: pa.array(rows, pa.int64()), "numpy int32": lambda rows: np.array(rows, np.int32)}[given_as]
+    descriptors = write_deletion_vectors(store, {k: form(v) for k, v in wanted.items()}, max_inline_bytes=max_inline)
     files = {dv_file_path(d.storage_type, d.path_or_inline_dv) for d in descriptors.values()} - {None}
     assert len(files) <= 1, "one vector file per call"
     for name, rows in wanted.items():
@@ -93,6 +100,11 @@ def test_a_corrupted_written_file_fails_its_crc(tmp_path: Path) -> None:
     path.write_bytes(bytes(blob))
     with pytest.raises(DeletionVectorError, match="CRC"):
         read_deletion_vector(store, dv, table_uri=str(tmp_path), data_file="a")
+
+
+def test_a_negative_row_index_is_refused_by_name() -> None:
+    with pytest.raises(DeletionVectorError, match="row index -3"):
+        serialize_bitmap(pa.array([4, -3], pa.int64()))
 
 
 def test_union_is_sorted_and_distinct() -> None:
