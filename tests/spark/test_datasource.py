@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -377,7 +378,22 @@ def test_a_failed_job_commits_nothing_and_leaves_no_file(spark_ds: Any, tmp_path
         failing.write.format("txnlog").mode("append").save(str(root))
     assert txnlog.Table(str(root)).latest_version() == 0
     # abort deletes what the finished tasks reported; a task Spark was still cancelling may
-    # finish its file after that: nothing in the log names it, and vacuum removes it.
+    # finish its file after that: nothing in the log names it, and vacuum removes it once it is
+    # done (vacuum keeps a file written at or after its own start, even with no retention).
+    tracker = spark_ds.sparkContext.statusTracker()
+    deadline = time.monotonic() + 60
+    while tracker.getActiveStageIds() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    def files_as_they_are() -> set[tuple[str, int, int]]:
+        return {(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*.parquet")}
+
+    seen = files_as_they_are()
+    while time.monotonic() < deadline:  # a killed task's Python worker may still be writing
+        time.sleep(0.3)
+        seen, previous = files_as_they_are(), seen
+        if seen == previous:
+            break
     leftovers = _data_files(root) - before
     assert before <= _data_files(root)
     done = vacuum(txnlog.Table(str(root)), retention="0s", force=True)
