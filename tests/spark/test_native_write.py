@@ -9,6 +9,7 @@ import datetime as dt
 import decimal
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -645,3 +647,56 @@ def test_a_killed_job_leaves_only_files_vacuum_removes(spark: Any, tmp_path: Pat
     kill_while_staging(tmp_path, uri, CHILD, "job-*/_temporary/**/*.parquet")
     assert txnlog.Table(uri).latest_version() == 0
     _assert_vacuum_leaves_only_the_table(uri)
+
+
+NARROWED = pa.schema([("id", pa.int32()), ("small", pa.int16()), ("f", pa.float32()), ("exact", pa.float64()),
+                      ("amount", pa.decimal128(6, 2)), ("wide", pa.decimal128(22, 2))])
+NARROWED_ROWS = "id long, small int, f double, exact long, amount decimal(10,3), wide long"
+
+
+def test_narrowing_casts_are_written_natively_and_refused_as_the_python_tasks_refuse(spark: Any, tmp_path: Path) -> None:
+    """A DataFrame of wider types than the table's (Python ints arrive as longs): values that
+    fit are written natively, equal to the Python tasks' table; each value the cast would change
+    (out of an int's or a short's range, past a double's exact integers, rounded or out of a
+    decimal's precision) is refused by both with the same error naming the column, and nothing
+    is kept. A double narrowed to a float rounds, as Arrow's cast does."""
+    fits = spark.createDataFrame([(1, -32768, 0.1, 1 << 53, decimal.Decimal("1234.560"), 1 << 62),
+                                  (-(1 << 31), 32767, 1e300, -(1 << 53), decimal.Decimal("-0.010"), None),
+                                  (None, None, float("nan"), None, None, -5)], NARROWED_ROWS)
+
+    def history(uri: str) -> None:
+        txnlog.Table.create(uri, NARROWED)
+        ts.write(fits, uri)
+
+    native, python = _both(spark, tmp_path, history)
+    assert _stats_by_file(native) == _stats_by_file(python)
+    def rows(uri: str) -> list[str]:
+        return sorted(repr(r) for r in txnlog.Table(uri).snapshot().to_arrow().to_pylist())  # repr: NaN equals NaN
+
+    assert rows(native) == rows(python)
+    kept = {r["small"]: r for r in txnlog.Table(native).snapshot().to_arrow().to_pylist()}
+    assert kept[32767]["f"] == float(np.float32(1e300)) == float("inf") and kept[32767]["amount"] == decimal.Decimal("-0.01")
+    assert kept[-32768]["f"] == float(np.float32(0.1)) and kept[-32768]["exact"] == float(1 << 53)
+
+    good = (1, 1, 1.0, 1, decimal.Decimal("1.000"), 1)
+    lossy = {
+        "id": (1 << 31, r"from bigint to int32: 1 value\(s\) would change, e.g. 2147483648"),
+        "small": (40_000, r"from int to int16: 1 value\(s\) would change, e.g. 40000"),
+        "exact": ((1 << 53) + 1, r"from bigint to double: 1 value\(s\) would change, e.g. 9007199254740993"),
+        "amount": (decimal.Decimal("1.005"), r"from decimal\(10,3\) to decimal128\(6, 2\): 1 value\(s\) would change, e.g. 1.005"),
+    }
+    for name, (value, native_text) in lossy.items():
+        index = NARROWED.names.index(name)
+        rows = spark.createDataFrame([good, good[:index] + (value,) + good[index + 1:]], NARROWED_ROWS)
+        errors = {}
+        for uri, python_path in ((native, False), (python, True)):
+            with session_confs(spark, {NATIVE_WRITE_CONF: "false" if python_path else "auto"}):
+                with pytest.raises(SchemaError, match=f"values of column '{name}' cannot be cast safely") as e:
+                    ts.write(rows, uri)
+            errors[uri] = e.value
+            assert txnlog.Table(uri).latest_version() == 1
+        assert errors[native].field == errors[python].field == name
+        assert re.search(native_text, str(errors[native])), errors[native]
+    with pytest.raises(SchemaError, match="values of column 'amount' cannot be cast safely"):  # past the precision
+        ts.write(spark.createDataFrame([good[:4] + (decimal.Decimal("12345.000"),) + good[5:]], NARROWED_ROWS), native)
+    _assert_vacuum_leaves_only_the_table(native)

@@ -62,6 +62,7 @@ from txnlog.write import (
     null_values,
     output_directory,
     parquet_file_stats,
+    unsafe_cast,
     written_partition_values,
 )
 
@@ -99,6 +100,14 @@ _LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortTyp
                T.DoubleType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType)
 # Casts Spark makes exactly as txnlog's writer does (every value fits).
 _WIDENINGS = {"tinyint": {"smallint", "int", "bigint"}, "smallint": {"int", "bigint"}, "int": {"bigint"}, "float": {"double"}}
+# Integers: their bits, and the decimal digits they may need (what Arrow asks of a decimal's
+# precision before it casts one, whatever the values).
+_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+_INTEGER_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}
+# The integers a float or double holds exactly, as far as Arrow's safe cast goes (its range check).
+_EXACT_INTEGERS = {"float": 1 << 24, "double": 1 << 53}
+# A value whose cast to the table's type would change it, flagged per row beside the written rows.
+_CAST_LOSS = "_txnlog_cast_loss_"
 _FOOTER_THREADS = 8
 # The row id columns' names between the two projections (never a table column's).
 _STAGED_ROW_ID, _STAGED_COMMIT_VERSION = "_txnlog_staged_row_id", "_txnlog_staged_row_commit_version"
@@ -111,7 +120,8 @@ _SHOWN = "_txnlog_expected"
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
     write it then), or None. Not yet native: generated columns in a session whose time zone is
-    not UTC, binary partition columns, casts other than exact widenings, files cut at an
+    not UTC, binary partition columns, casts the Python tasks treat apart (see :func:`_cast_loss`;
+    narrowing casts are written natively with their rows counted), files cut at an
     explicit ``target_file_size`` (Spark writes one file per task and partition, as
     delta-spark does), tables in
     ``memory://``, and tables outside the local file system unless :data:`NATIVE_WRITE_CONF` is
@@ -145,12 +155,65 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     for name, table_column in zip(given, spec.supplied(given)):
         if table_column is None:
             continue
-        have, want = given[name].simpleString(), types[table_column.name].simpleString()
-        if have != want and want not in _WIDENINGS.get(have, ()):
-            return f"column '{name}' cast from {have} to {want}"
+        loss = _cast_loss(given[name], types[table_column.name], name)
+        if loss is None or (loss is not False and not data_change):
+            return f"column '{name}' cast from {given[name].simpleString()} to {types[table_column.name].simpleString()}"
     if not data_change and spec.missing(given):
         return "a rewrite that does not supply every column"
     return None
+
+
+def _cast_loss(have: Any, want: Any, name: str) -> Column | bool | None:
+    """Whether the cast of column ``name`` (of Spark type ``have``) to the table's type ``want`` can
+    change it, as the Python tasks' safe Arrow cast refuses: False when it never does (the same
+    type, a widening, a double to a float, which Arrow rounds as Spark does), an expression
+    true on the rows whose value it would change (out of an integer's range, past a float's
+    exact integers, rounded or out of a decimal's precision), None for a cast not written
+    natively (types the tasks treat otherwise)."""
+    source, target = have.simpleString(), want.simpleString()
+    if source == target or target in _WIDENINGS.get(source, ()) or (source, target) == ("double", "float"):
+        return False
+    value: Column = column(name)
+    if source in _INTEGER_BITS and target in _INTEGER_BITS:
+        bits = _INTEGER_BITS[target]
+        return ~value.between(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if source in _INTEGER_BITS and target in _EXACT_INTEGERS:
+        limit = _EXACT_INTEGERS[target]
+        return False if 1 << (_INTEGER_BITS[source] - 1) <= limit else ~value.between(-limit, limit)
+    if source in _INTEGER_BITS and isinstance(want, T.DecimalType):
+        return False if want.precision - want.scale >= _INTEGER_DIGITS[source] else None
+    if isinstance(have, T.DecimalType) and isinstance(want, T.DecimalType):
+        # Spark's cast rounds or (ANSI) fails; the value is kept only if it comes back unchanged.
+        return ~value.eqNullSafe(value.try_cast(want).try_cast(have))
+    return None
+
+
+def _cast_checks(df: DataFrame, spec: ConformSpec, logical: Mapping[str, Any]) -> tuple[dict[str, Column], list[Column], list[_Check]]:
+    """For the columns of ``df`` whose cast to the table's type can change a value: each one's
+    value cast without failing (``try_cast``: a changed value is refused, not written), a flag
+    per row where the cast changes it (staged beside the rows, not written), and the check
+    refusing those rows with the Python tasks' error (the value as given shown in its example)."""
+    values: dict[str, Column] = {}
+    flags: list[Column] = []
+    checks: list[_Check] = []
+    for field, table_column in zip(df.schema.fields, spec.supplied([f.name for f in df.schema.fields])):
+        if table_column is None:
+            continue
+        want = logical[table_column.name].dataType
+        loss = _cast_loss(field.dataType, want, field.name)
+        if loss is None or isinstance(loss, bool):
+            continue
+        flag, given = f"{_CAST_LOSS}{len(checks)}", f"{_CAST_LOSS}{len(checks)}_given"
+        values[table_column.name] = column(field.name).try_cast(want)
+        flags += [F.coalesce(loss, F.lit(False)).alias(flag), column(field.name).cast("string").alias(given)]
+        checks.append(_Check(column(flag), functools.partial(_lossy_cast, table_column.name, field.dataType.simpleString(),
+                                                            spec.schema.field(table_column.name).type), shown=column(given)))
+    return values, flags, checks
+
+
+def _lossy_cast(name: str, source: str, target: object, count: int, example: object | None) -> TxnLogError:
+    shown = example.get(_SHOWN) if isinstance(example, dict) else None
+    return unsafe_cast(name, source, target, f"{count} value(s) would change" + (f", e.g. {shown}" if shown is not None else ""))
 
 
 def _utc_session(df: DataFrame) -> bool:
@@ -274,14 +337,15 @@ def write_native(
     logical = _logical_fields(spec)
     # Rows of a rewrite that changes no data (a compaction) are copies: nothing is filled or refused.
     kind = RowKind.INSERT if data_change else RowKind.COPY
-    values = _table_values(df, spec, kind, logical)
+    cast_values, loss_flags, cast_checks = _cast_checks(df, spec, logical) if data_change else ({}, [], [])
+    values = _table_values(df, spec, kind, logical, cast_values)
     overflows: dict[str, TxnLogError] = {}
     if kind is RowKind.INSERT and any(c.identity is not None for c in spec.columns):
         df, numbered, overflows = _numbered(df, ctx)
         values |= {name: F.coalesce(values[name], value) for name, value in numbered.items()}
     # The rows with the table's logical columns first: NOT NULL, CHECK constraints and a
     # replaceWhere are counted on them (their SQL names logical columns), then renamed.
-    staged = [value.alias(name) for name, value in values.items()]
+    staged = [value.alias(name) for name, value in values.items()] + loss_flags
     if preserve_row_ids:
         staged += [column(ROW_ID).cast("long").alias(_STAGED_ROW_ID), column(ROW_COMMIT_VERSION).cast("long").alias(_STAGED_COMMIT_VERSION)]
     rows = df.select(*staged)
@@ -292,7 +356,7 @@ def write_native(
     if preserve_row_ids:
         hidden = config.row_id_columns(f"table {ctx.table_uri}")
         select += [column(_STAGED_ROW_ID).alias(hidden.row_id), column(_STAGED_COMMIT_VERSION).alias(hidden.row_commit_version)]
-    job = _SparkWrite(ctx, logical, output_directory(), "data file", generated + _checks(ctx, logical, require), overflows)
+    job = _SparkWrite(ctx, logical, output_directory(), "data file", cast_checks + generated + _checks(ctx, logical, require), overflows)
 
     def added(info: FileInfo, partition_values: dict[str, str | None], parquet: pq.ParquetFile) -> AddFile:
         stats = parquet_file_stats(parquet, config.schema, ctx.stats_columns, mapped=config.is_column_mapped, nan_in_max=True)
@@ -332,9 +396,12 @@ def _logical_fields(spec: ConformSpec) -> dict[str, Any]:
     return {f.name: f for f in spark_schema_of(spec.schema_string).fields}
 
 
-def _table_values(df: DataFrame, spec: ConformSpec, kind: RowKind, logical: Mapping[str, Any]) -> dict[str, Column]:
-    """Each table column's value in ``df``'s rows of ``kind``, by logical name (row ids apart)."""
+def _table_values(df: DataFrame, spec: ConformSpec, kind: RowKind, logical: Mapping[str, Any],
+                  cast: Mapping[str, Column] | None = None) -> dict[str, Column]:
+    """Each table column's value in ``df``'s rows of ``kind``, by logical name (row ids apart);
+    ``cast``: values already cast to the table's type, by table column."""
     supplied = {table_column.name: column(name) for name, table_column in zip(df.columns, spec.supplied(df.columns)) if table_column is not None}
+    supplied |= dict(cast or {})
     previous = (F.lit(None), F.lit(None)) if kind is RowKind.COPY else None  # the ids are written apart, as given
     # The write planner has refused a GENERATED ALWAYS column given by a user's rows; these may be a
     # statement's, whose kept rows carry their ids (only NULLs are numbered, as in the Python tasks).

@@ -30,6 +30,7 @@ from txnlog.write.parquet import (
     null_map_values,
     null_values,
     output_directory,
+    unsafe_cast,
     write_data_files,
     written_partition_values,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "null_elements",
     "null_map_values",
     "null_values",
+    "unsafe_cast",
     "output_directory",
     "parquet_file_stats",
     "union_rows",

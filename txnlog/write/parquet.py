@@ -395,7 +395,7 @@ def _conform(array: pa.Array, dst: pa.DataType, path: str) -> pa.Array:
     try:
         return array.cast(dst, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise SchemaError(f"values of column '{path}' cannot be cast safely from {array.type} to {dst}: {e}", field=path) from None
+        raise unsafe_cast(path, array.type, dst, str(e)) from None
 
 
 def _mask(array: pa.Array) -> pa.Array | None:
@@ -434,6 +434,13 @@ def _conform_struct(array: pa.Array, dst: pa.StructType, path: str) -> pa.Array:
             values = pc.if_else(pc.is_valid(values), values, _placeholder(len(values), child.type))
         children.append(values)
     return pa.StructArray.from_arrays(children, fields=list(dst), mask=_mask(array))
+
+
+def unsafe_cast(path: str, source: object, target: object, reason: str) -> SchemaError:
+    """The error for values of column ``path`` that the cast from ``source`` to ``target`` (the
+    table's type) would change: out of range, rounded, or past a float's exact integers (every
+    writer's)."""
+    return SchemaError(f"values of column '{path}' cannot be cast safely from {source} to {target}: {reason}", field=path)
 
 
 def null_values(column: str, count: int) -> SchemaError:
