@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
@@ -41,7 +42,16 @@ from txnlog.errors import SchemaError, TxnLogError
 from txnlog.expressions import FilePredicate
 from txnlog.log import AddCDCFile
 from txnlog.read import CHANGE_TYPE, CHANGE_TYPES, ROW_COMMIT_VERSION, ROW_ID
-from txnlog.spark.common import SPARK_FAILURES, SparkJobError, column, hadoop_table_path, job_error, session_confs, spark_schema_of
+from txnlog.spark.common import (
+    SPARK_FAILURES,
+    SparkJobError,
+    arrow_schema_of_struct,
+    column,
+    hadoop_table_path,
+    job_error,
+    session_confs,
+    spark_schema_of,
+)
 from txnlog.spark.conform import conformed, spark_types
 from txnlog.write import (
     CHANGE_DATA_DIR,
@@ -50,6 +60,7 @@ from txnlog.write import (
     Fill,
     IdentityAllocator,
     RowKind,
+    cast_check,
     check_change_columns,
     constraint_violation,
     encode_log_path,
@@ -99,13 +110,6 @@ _PARTITION_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.Long
 _LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
                T.DoubleType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType)
 # Casts Spark makes exactly as txnlog's writer does (every value fits).
-_WIDENINGS = {"tinyint": {"smallint", "int", "bigint"}, "smallint": {"int", "bigint"}, "int": {"bigint"}, "float": {"double"}}
-# Integers: their bits, and the decimal digits they may need (what Arrow asks of a decimal's
-# precision before it casts one, whatever the values).
-_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
-_INTEGER_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}
-# The integers a float or double holds exactly, as far as Arrow's safe cast goes (its range check).
-_EXACT_INTEGERS = {"float": 1 << 24, "double": 1 << 53}
 # A value whose cast to the table's type would change it, flagged per row beside the written rows.
 _CAST_LOSS = "_txnlog_cast_loss_"
 _FOOTER_THREADS = 8
@@ -155,7 +159,7 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     for name, table_column in zip(given, spec.supplied(given)):
         if table_column is None:
             continue
-        loss = _cast_loss(given[name], types[table_column.name], name)
+        loss = _cast_loss(given[name], types[table_column.name], spec.schema.field(table_column.name).type, name)
         if loss is None or (loss is not False and not data_change):
             return f"column '{name}' cast from {given[name].simpleString()} to {types[table_column.name].simpleString()}"
     if not data_change and spec.missing(given):
@@ -163,29 +167,21 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     return None
 
 
-def _cast_loss(have: Any, want: Any, name: str) -> Column | bool | None:
-    """Whether the cast of column ``name`` (of Spark type ``have``) to the table's type ``want`` can
-    change it, as the Python tasks' safe Arrow cast refuses: False when it never does (the same
-    type, a widening, a double to a float, which Arrow rounds as Spark does), an expression
-    true on the rows whose value it would change (out of an integer's range, past a float's
-    exact integers, rounded or out of a decimal's precision), None for a cast not written
-    natively (types the tasks treat otherwise)."""
-    source, target = have.simpleString(), want.simpleString()
-    if source == target or target in _WIDENINGS.get(source, ()) or (source, target) == ("double", "float"):
+def _cast_loss(have: Any, want: Any, table_type: pa.DataType, name: str) -> Column | bool | None:
+    """Whether the cast of column ``name`` (of Spark type ``have``) to the table's type ``want``
+    (``table_type`` in Arrow) can change a value, by the core's description of the Python tasks'
+    safe cast (:func:`txnlog.write.cast_check`): False when it never does, an expression true on
+    the rows whose value it would change, None for a cast not written natively."""
+    if have.simpleString() == want.simpleString():  # nested types too, whatever their NOT NULLs
         return False
+    check = cast_check(arrow_schema_of_struct(T.StructType([T.StructField(name, have)])).field(0).type, table_type)
+    if check is None or not check.needed:
+        return None if check is None else False
     value: Column = column(name)
-    if source in _INTEGER_BITS and target in _INTEGER_BITS:
-        bits = _INTEGER_BITS[target]
-        return ~value.between(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-    if source in _INTEGER_BITS and target in _EXACT_INTEGERS:
-        limit = _EXACT_INTEGERS[target]
-        return False if 1 << (_INTEGER_BITS[source] - 1) <= limit else ~value.between(-limit, limit)
-    if source in _INTEGER_BITS and isinstance(want, T.DecimalType):
-        return False if want.precision - want.scale >= _INTEGER_DIGITS[source] else None
-    if isinstance(have, T.DecimalType) and isinstance(want, T.DecimalType):
-        # Spark's cast rounds or (ANSI) fails; the value is kept only if it comes back unchanged.
+    if check.round_trip:  # Spark's cast rounds or (ANSI) fails: kept only if it comes back unchanged
         return ~value.eqNullSafe(value.try_cast(want).try_cast(have))
-    return None
+    assert check.low is not None and check.high is not None
+    return ~value.between(check.low, check.high)
 
 
 def _cast_checks(df: DataFrame, spec: ConformSpec, logical: Mapping[str, Any]) -> tuple[dict[str, Column], list[Column], list[_Check]]:
@@ -200,7 +196,7 @@ def _cast_checks(df: DataFrame, spec: ConformSpec, logical: Mapping[str, Any]) -
         if table_column is None:
             continue
         want = logical[table_column.name].dataType
-        loss = _cast_loss(field.dataType, want, field.name)
+        loss = _cast_loss(field.dataType, want, spec.schema.field(table_column.name).type, field.name)
         if loss is None or isinstance(loss, bool):
             continue
         flag, given = f"{_CAST_LOSS}{len(checks)}", f"{_CAST_LOSS}{len(checks)}_given"

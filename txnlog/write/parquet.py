@@ -39,6 +39,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -434,6 +435,56 @@ def _conform_struct(array: pa.Array, dst: pa.StructType, path: str) -> pa.Array:
             values = pc.if_else(pc.is_valid(values), values, _placeholder(len(values), child.type))
         children.append(values)
     return pa.StructArray.from_arrays(children, fields=list(dst), mask=_mask(array))
+
+
+@dataclass(frozen=True)
+class CastCheck:
+    """What the safe cast every txnlog writer applies (Arrow's) asks of each value cast to a
+    table column's type, described for engines that cast with their own functions
+    (:func:`cast_check`): the value lies in ``[low, high]`` when those are set, and with
+    ``round_trip`` it comes back unchanged from the target type (neither rounded nor out of a
+    decimal's precision). Nothing set: the cast changes no value."""
+
+    low: int | None = None
+    high: int | None = None
+    round_trip: bool = False
+
+    @property
+    def needed(self) -> bool:
+        return self.low is not None or self.round_trip
+
+
+def _integer_range(kind: pa.DataType) -> tuple[int, int]:
+    info = np.iinfo(kind.to_pandas_dtype())
+    return int(info.min), int(info.max)
+
+
+def cast_check(source: pa.DataType, target: pa.DataType) -> CastCheck | None:
+    """How values of ``source`` written to a column of ``target`` are checked, as the safe Arrow
+    cast checks them: no check where the cast changes no value (a widening, a double to a float,
+    which rounds, an integer to a decimal with room for every value of its type); a range for a
+    narrower integer, or for an integer to a float past the float's exact integers (Arrow's
+    range, ±2^24 and ±2^53); a round trip for a decimal to a decimal. None for any other cast,
+    which an engine leaves to Arrow's cast (an integer to a decimal without that room, for one,
+    is refused whatever the values)."""
+    t = pa.types
+    if source == target:
+        return CastCheck()
+    if t.is_integer(source) and t.is_integer(target):
+        (low, high), (source_low, source_high) = _integer_range(target), _integer_range(source)
+        return CastCheck() if low <= source_low and source_high <= high else CastCheck(low, high)
+    if t.is_integer(source) and (t.is_float32(target) or t.is_float64(target)):
+        limit = 1 << (24 if t.is_float32(target) else 53)
+        source_low, source_high = _integer_range(source)
+        return CastCheck() if -limit <= source_low and source_high <= limit else CastCheck(-limit, limit)
+    if (t.is_float32(source) or t.is_float64(source)) and (t.is_float32(target) or t.is_float64(target)):
+        return CastCheck()
+    if t.is_integer(source) and t.is_decimal(target):
+        digits = len(str(max(-_integer_range(source)[0], _integer_range(source)[1])))
+        return CastCheck() if target.precision - target.scale >= digits else None
+    if t.is_decimal(source) and t.is_decimal(target):
+        return CastCheck(round_trip=True)
+    return None
 
 
 def unsafe_cast(path: str, source: object, target: object, reason: str) -> SchemaError:
