@@ -57,6 +57,7 @@ from txnlog.write import (
     CHANGE_DATA_DIR,
     MAX_TASKS,
     TASK_SPAN,
+    CastCheck,
     Fill,
     IdentityAllocator,
     RowKind,
@@ -109,7 +110,6 @@ _PARTITION_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.Long
                     T.DoubleType, T.DecimalType, T.TimestampType, T.TimestampNTZType)
 _LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
                T.DoubleType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType)
-# Casts Spark makes exactly as txnlog's writer does (every value fits).
 # A value whose cast to the table's type would change it, flagged per row beside the written rows.
 _CAST_LOSS = "_txnlog_cast_loss_"
 _FOOTER_THREADS = 8
@@ -124,7 +124,7 @@ _SHOWN = "_txnlog_expected"
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
     write it then), or None. Not yet native: generated columns in a session whose time zone is
-    not UTC, binary partition columns, casts the Python tasks treat apart (see :func:`_cast_loss`;
+    not UTC, binary partition columns, casts the Python tasks treat apart (see :func:`_cast_rule`;
     narrowing casts are written natively with their rows counted), files cut at an
     explicit ``target_file_size`` (Spark writes one file per task and partition, as
     delta-spark does), tables in
@@ -159,24 +159,26 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     for name, table_column in zip(given, spec.supplied(given)):
         if table_column is None:
             continue
-        loss = _cast_loss(given[name], types[table_column.name], spec.schema.field(table_column.name).type, name)
-        if loss is None or (loss is not False and not data_change):
+        rule = _cast_rule(given[name], types[table_column.name], spec.schema.field(table_column.name).type, name)
+        if rule is None or (rule.needed and not data_change):
             return f"column '{name}' cast from {given[name].simpleString()} to {types[table_column.name].simpleString()}"
     if not data_change and spec.missing(given):
         return "a rewrite that does not supply every column"
     return None
 
 
-def _cast_loss(have: Any, want: Any, table_type: pa.DataType, name: str) -> Column | bool | None:
-    """Whether the cast of column ``name`` (of Spark type ``have``) to the table's type ``want``
-    (``table_type`` in Arrow) can change a value, by the core's description of the Python tasks'
-    safe cast (:func:`txnlog.write.cast_check`): False when it never does, an expression true on
-    the rows whose value it would change, None for a cast not written natively."""
+def _cast_rule(have: Any, want: Any, table_type: pa.DataType, name: str) -> CastCheck | None:
+    """How the cast of column ``name`` (of Spark type ``have``) to the table's type ``want``
+    (``table_type`` in Arrow) is checked, by the core's description of the Python tasks' safe
+    cast (:func:`txnlog.write.cast_check`); None for a cast not written natively."""
     if have.simpleString() == want.simpleString():  # nested types too, whatever their NOT NULLs
-        return False
-    check = cast_check(arrow_schema_of_struct(T.StructType([T.StructField(name, have)])).field(0).type, table_type)
-    if check is None or not check.needed:
-        return None if check is None else False
+        return CastCheck()
+    return cast_check(arrow_schema_of_struct(T.StructType([T.StructField(name, have)])).field(0).type, table_type)
+
+
+def _cast_loss(check: CastCheck, have: Any, want: Any, name: str) -> Column:
+    """True on the rows whose value of column ``name`` the cast from ``have`` to ``want`` would
+    change, by ``check`` (one that is needed)."""
     value: Column = column(name)
     if check.round_trip:  # Spark's cast rounds or (ANSI) fails: kept only if it comes back unchanged
         return ~value.eqNullSafe(value.try_cast(want).try_cast(have))
@@ -195,15 +197,16 @@ def _cast_checks(df: DataFrame, spec: ConformSpec, logical: Mapping[str, Any]) -
     for field, table_column in zip(df.schema.fields, spec.supplied([f.name for f in df.schema.fields])):
         if table_column is None:
             continue
-        want = logical[table_column.name].dataType
-        loss = _cast_loss(field.dataType, want, spec.schema.field(table_column.name).type, field.name)
-        if loss is None or isinstance(loss, bool):
+        want, table_type = logical[table_column.name].dataType, spec.schema.field(table_column.name).type
+        rule = _cast_rule(field.dataType, want, table_type, field.name)
+        if rule is None or not rule.needed:
             continue
         flag, given = f"{_CAST_LOSS}{len(checks)}", f"{_CAST_LOSS}{len(checks)}_given"
         values[table_column.name] = column(field.name).try_cast(want)
+        loss = _cast_loss(rule, field.dataType, want, field.name)
         flags += [F.coalesce(loss, F.lit(False)).alias(flag), column(field.name).cast("string").alias(given)]
-        checks.append(_Check(column(flag), functools.partial(_lossy_cast, table_column.name, field.dataType.simpleString(),
-                                                            spec.schema.field(table_column.name).type), shown=column(given)))
+        checks.append(_Check(column(flag), functools.partial(_lossy_cast, table_column.name, field.dataType.simpleString(), table_type),
+                             shown=column(given)))
     return values, flags, checks
 
 

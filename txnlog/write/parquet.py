@@ -480,7 +480,8 @@ def cast_check(source: pa.DataType, target: pa.DataType) -> CastCheck | None:
     if (t.is_float32(source) or t.is_float64(source)) and (t.is_float32(target) or t.is_float64(target)):
         return CastCheck()
     if t.is_integer(source) and t.is_decimal(target):
-        digits = len(str(max(-_integer_range(source)[0], _integer_range(source)[1])))
+        source_low, source_high = _integer_range(source)
+        digits = len(str(max(-source_low, source_high)))
         return CastCheck() if target.precision - target.scale >= digits else None
     if t.is_decimal(source) and t.is_decimal(target):
         return CastCheck(round_trip=True)
