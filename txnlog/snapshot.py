@@ -267,12 +267,12 @@ class Snapshot(Located):
         schema = context.output_schema(columns)
         rows = pred.rows() if pred is not None else None
         if with_row_ids:  # the one reader computes row ids
-            tracking = {"row_id": ROW_ID, "row_commit_version": ROW_COMMIT_VERSION}
-            for name in tracking.values():
+            for name in (ROW_ID, ROW_COMMIT_VERSION):
                 schema = schema.append(pa.field(name, pa.int64(), nullable=False))
             batches = context.batches(
                 files, columns=columns, store=self.store, batch_rows=batch_rows, row_filter=rows,
-                filter_columns=pred.columns if pred is not None else (), parallel=READ_THREADS, **tracking,
+                filter_columns=pred.columns if pred is not None else (), parallel=READ_THREADS,
+                row_id=ROW_ID, row_commit_version=ROW_COMMIT_VERSION,
             )
             return pa.RecordBatchReader.from_batches(schema, batches)
         # Read on the consuming thread (scan_batches): no Python runs on pyarrow's threads, so a

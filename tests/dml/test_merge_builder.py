@@ -254,3 +254,32 @@ def test_aliases_that_swap_txnlogs_own_names_are_rewritten_at_once(tmp_path: Pat
     (table.merge(pa.table({"id": [1, 2], "v": [10, 1]}), "s.id = t.id", target_alias="s", source_alias="t")
      .when_matched_update({"v": "s.v + t.v"}, predicate="t.v > s.v").execute())
     assert read(table) == [{"id": 1, "v": 11}, {"id": 2, "v": 2}]
+
+
+# Keys from a narrow range, from all of int64, and at its ends: a file's keys are looked up by
+# slot when their range is narrow and by hash otherwise, and a NULL key matches nothing.
+wide_keys = st.one_of(st.integers(-3, 40), st.integers(-(2**63), 2**63 - 1), st.sampled_from([-(2**63), 2**63 - 1]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(target=st.lists(wide_keys, max_size=30, unique=True), source=st.lists(wide_keys, max_size=20, unique=True),
+       every=st.integers(1, 3), null_keys=st.integers(0, 2), files=st.integers(1, 3), vectors=st.booleans())
+def test_keys_of_any_range_match_the_equal_source_key(tmp_path_factory: Any, target: list[int], source: list[int], every: int,
+                                                      null_keys: int, files: int, vectors: bool) -> None:
+    source = list(dict.fromkeys(target[::every] + source))  # every'th target key is matched
+    rows = [{"id": k, "v": i} for i, k in enumerate(target)] + [{"id": None, "v": -1 - i} for i in range(null_keys)]
+    properties = {"delta.enableDeletionVectors": "true"} if vectors else {}
+    table = txnlog.Table.create(str(tmp_path_factory.mktemp("keys") / "t"), SCHEMA, properties=properties)
+    for part in range(files):
+        if chunk := rows[part::files]:
+            table.append(pa.Table.from_pylist(chunk, schema=SCHEMA))
+    new = {k: 1000 + i for i, k in enumerate(source)}
+    (table.merge(pa.Table.from_pylist([{"id": k, "v": v} for k, v in new.items()], schema=SCHEMA), "t.id = s.id")
+     .when_matched_update({"v": "s.v"}).when_not_matched_insert_all().execute())
+    expected = [{"id": r["id"], "v": new.get(r["id"], r["v"])} for r in rows]
+    expected += [{"id": k, "v": v} for k, v in new.items() if k not in set(target)]
+
+    def order(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["id"] is None, r["id"] or 0, r["v"])
+
+    assert sorted(table.snapshot().to_arrow().to_pylist(), key=order) == sorted(expected, key=order)

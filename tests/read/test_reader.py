@@ -9,7 +9,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import deltalake
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -210,3 +213,56 @@ def test_read_context_pickles_and_reads_the_same_elsewhere(tmp_path: Path) -> No
 
 def test_errors_are_txnlog_errors() -> None:
     assert issubclass(DeletionVectorError, TxnLogError)
+
+
+def _rows_at_equal_the_rows_read(table: txnlog.Table, positions_of: Any, **options: Any) -> int:
+    """For each file: ``read(rows_at=P)`` is ``read()`` kept to row positions P (dropping the
+    ones its deletion vector deletes); how many files had a row group left unread."""
+    snapshot = table.snapshot()
+    ctx, files = snapshot.read_context(), snapshot.files()
+    for i in range(files.num_rows):
+        file = files.slice(i, 1)
+        every = ctx.read(file, row_index="_pos", **options)
+        total = pq.ParquetFile(snapshot.file_uris()[i].removeprefix("file://")).metadata.num_rows
+        wanted = positions_of(total)
+        taken = ctx.read(file, row_index="_pos", rows_at=np.array(wanted, dtype=np.int64), **options)
+        expected = every.filter(pa.compute.is_in(every.column("_pos"), pa.array(wanted, pa.int64())))
+        assert taken.schema == every.schema
+        assert taken.to_pylist() == expected.to_pylist()
+    return files.num_rows
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 60), group=st.integers(1, 25), data=st.data())
+def test_rows_at_read_only_those_rows_of_any_row_group(tmp_path_factory: pytest.TempPathFactory, n: int, group: int, data: Any) -> None:
+    # deltalake writes row groups of `group` rows, dictionary-encoded strings and binaries.
+    uri = str(tmp_path_factory.mktemp("t") / "t")
+    rows = pa.table({"id": list(range(n)), "name": [f"n{i % 3}" for i in range(n)],
+                     "blob": [None if i % 4 == 0 else bytes([i % 5]) for i in range(n)], "unique": [f"u{i}" * 3 for i in range(n)]},
+                    schema=pa.schema([("id", pa.int64()), ("name", pa.string()), ("blob", pa.binary()), ("unique", pa.string())]))
+    deltalake.write_deltalake(uri, rows, writer_properties=deltalake.WriterProperties(max_row_group_size=group))
+    table = txnlog.Table(uri)
+    table.alter.set_table_properties({"delta.enableDeletionVectors": "true"})
+    gone = data.draw(st.sets(st.integers(0, n - 1)))
+    if gone:
+        table.delete(f"id IN ({', '.join(map(str, sorted(gone)))})")
+    picked = sorted(data.draw(st.sets(st.integers(0, n - 1))))
+    for columns in (None, ["unique", "name"], []):
+        _rows_at_equal_the_rows_read(table, lambda total: [p for p in picked if p < total], columns=columns)
+
+
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_rows_at_carry_partitions_mapped_columns_and_row_ids(tmp_path: Path, mode: str) -> None:
+    table = txnlog.Table.create(str(tmp_path / "t"), SCHEMA, partition_by=["part"], properties={
+        "delta.enableDeletionVectors": "true", "delta.columnMapping.mode": mode, "delta.enableRowTracking": "true"})
+    table.append(_rows(list(range(40))))
+    table.update("id % 7 = 0", {"id": "id + 1000"})  # materialized row ids in a new file
+    table.delete("id % 5 = 1")
+    n = _rows_at_equal_the_rows_read(table, lambda total: list(range(0, total, 3)), row_id="_id", row_commit_version="_version")
+    assert n >= 3  # two partitions, and the updated rows' file
+
+    file = table.snapshot().files().slice(0, 1)
+    with pytest.raises(InvalidArgumentError, match=r"data file .* ascending positions below its \d+ rows"):
+        table.snapshot().read_context().read(file, rows_at=np.array([3, 1]))
+    with pytest.raises(InvalidArgumentError, match="one data file"):
+        table.snapshot().read_context().read(table.snapshot().files(), rows_at=np.array([0]))

@@ -86,6 +86,15 @@ def _target_scope(rows: pa.Table, uri: str) -> Scope:
     return Scope({"t": (rows, f"target table {uri}")}, default=["t"])
 
 
+#: A file's keys are looked up in a slot array when their range holds at most this many values
+#: per row (or :data:`_MIN_SLOTS`); past it, a hash table of the source keys in the range.
+_SLOTS_PER_ROW = 4
+_MIN_SLOTS = 1 << 16
+#: A row of many files as one int64: its file's index shifted by this, plus its position (no
+#: Parquet file holds 2^40 rows).
+_FILE_SHIFT = 40
+
+
 class _KeyLookup:
     """The source's unique values of its one key, looked up for each target file's rows.
     Integer and date keys are also kept sorted: a file then looks up only the keys within its
@@ -111,6 +120,14 @@ class _KeyLookup:
         if low is None:  # every value is null
             return pa.nulls(len(column), pa.int32())
         start, stop = np.searchsorted(self.sorted, low, side="left"), np.searchsorted(self.sorted, high, side="right")
+        span = high - low + 1
+        if not column.null_count and span <= max(_SLOTS_PER_ROW * len(column), _MIN_SLOTS):
+            # A file's keys span a narrow range (as sorted or clustered files do): one slot per
+            # value of it holds its source row, and the file's keys index the slots directly.
+            slots = np.full(span, -1, dtype=np.int32)
+            slots[self.sorted[start:stop] - low] = self.order[start:stop]
+            found = slots[column.cast(self.as_int).to_numpy() - low]
+            return pa.array(found, mask=found < 0)
         within = pa.array(self.order[start:stop])
         return within.take(pc.index_in(column, value_set=self.values.take(within)))
 
@@ -363,10 +380,25 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     deletes = {k for k, c in enumerate(matched) if c.clause.action == "delete"}
     by_source_deletes = {k for k, c in enumerate(by_source) if c.clause.action == "delete"}
 
+    def matched_rows(i: int, pairs: pa.Table, have: pa.Table | None) -> pa.Table:
+        """Merge-on-read without a by-source clause, which keeps no old row and reads no
+        unmatched one: file i's rows at ``pairs`` (its matched rows) alone, taken from ``have``
+        (what the match read of it, if kept) or read."""
+        wanted = pairs.column(ROW_INDEX).to_numpy()  # ascending
+        missing = [c for c in read_columns if have is None or c not in have.column_names]
+        at = np.searchsorted(have.column(ROW_INDEX).to_numpy(), wanted) if have is not None else None
+        if missing or output.row_id is not None or have is None:
+            rows = ctx.read(candidates.slice(i, 1), columns=missing, row_index=ROW_INDEX, store=store,
+                            row_id=output.row_id, row_commit_version=output.row_commit_version, rows_at=wanted)
+            if not np.array_equal(rows.column(ROW_INDEX).to_numpy(), wanted):
+                raise TxnLogError(f"merge into {txn.uri}: data file {paths[i]} changed while it was read")
+        else:
+            rows = have.select([ROW_INDEX]).take(at)
+        return _with_columns(rows, columns, schema, have, at)
+
     def merged(i: int, pairs: pa.Table, have: pa.Table | None) -> _MergedFile | None:
         """File i's part: ``pairs`` its matched rows, ``have`` what was read of it already (its
         live rows in file order, with ROW_INDEX), if kept."""
-        part = output.part()
         missing = [c for c in read_columns if have is None or c not in have.column_names]
         if missing or output.row_id is not None or have is None:
             rows = ctx.read(candidates.slice(i, 1), columns=missing, row_index=ROW_INDEX, store=store,
@@ -382,6 +414,13 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
             target_rows = rows.take(at)
         else:  # merge-on-read keeps no old row: of them it needs only the matched ones
             target_rows = _with_columns(rows.take(at), columns, schema, have, at)
+        return decided(pairs, target_rows, rows, at, have)
+
+    def decided(pairs: pa.Table, target_rows: pa.Table, rows: pa.Table, at: np.ndarray, have: pa.Table | None) -> _MergedFile | None:
+        """The clauses applied to matched rows ``pairs`` (ROW_INDEX ascending), ``target_rows``
+        their target rows; ``rows`` (``at``: the matched rows' places in it) and ``have`` are
+        the file's rows, read by a by-source clause or rewritten by copy-on-write."""
+        part = output.part()
         joined = pa.Table.from_arrays(
             [target_rows.column(c) for c in columns] + [src.column(c).take(pairs.column(SOURCE_ROW)) for c in source_columns],
             names=[f"t.{c}" for c in columns] + [f"s.{c}" for c in source_columns],
@@ -450,20 +489,62 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
                 with contextlib.suppress(TxnLogError):
                     store.delete(relative)
 
+    def decided_together(picked: dict[int, tuple[pa.Table, pa.Table]]) -> dict[int, tuple[pa.Table, _MergedFile | None]]:
+        """:func:`decided` once over the matched rows of every file in ``picked`` (file index ->
+        its pairs, its matched rows): a row's place is packed with its file's index, then split
+        again into each file's changed rows. The new rows and counts go with the first file."""
+        order = sorted(picked)
+        if not order:
+            return {}
+        packed = [pa.array((np.int64(i) << _FILE_SHIFT) + picked[i][0].column(ROW_INDEX).to_numpy()) for i in order]
+        pairs = pa.table({ROW_INDEX: pa.chunked_array(packed, pa.int64()),
+                          SOURCE_ROW: pa.chunked_array([picked[i][0].column(SOURCE_ROW) for i in order], pa.int64())})
+        everything = pa.concat_tables([picked[i][1] for i in order])
+        done = decided(pairs, everything, everything, np.zeros(0, dtype=np.int64), None)
+        out: dict[int, tuple[pa.Table, _MergedFile | None]] = {i: (picked[i][0], None) for i in order}
+        if done is None:
+            return out
+        changed = done.changed.to_numpy()
+        of_file = changed >> _FILE_SHIFT
+        first = True
+        for i in order:
+            mine = changed[of_file == i] & ((1 << _FILE_SHIFT) - 1)
+            if not len(mine):
+                continue
+            part = dataclasses.replace(done, changed=pa.array(mine)) if first else _MergedFile(pa.array(mine), output.part())
+            out[i] = (picked[i][0], part)
+            first = False
+        return out
+
     results: dict[int, tuple[pa.Table, _MergedFile | None]] = {}  # file index -> its matched rows, its part
-    if matcher.unique and (matched or by_source):
+    indexes = range(candidates.num_rows)
+    if dv_mode and matched and not by_source:
+        # Merge-on-read: each file's matched rows are read (files in parallel), then the clauses
+        # run once over all of them.
+        if matcher.unique:
+            def gathered(i: int) -> tuple[pa.Table, pa.Table] | None:
+                found = match(i)
+                return None if found is None else (found[0], matched_rows(i, found[0], found[1]))
+
+            picked = {i: g for i, g in zip(indexes, each(gathered, indexes), strict=True) if g is not None}
+        else:  # every file matched (and duplicates refused) first
+            found = each(lambda i: None if (m := match(i)) is None else m[0], indexes)
+            matches = {i: m for i, m in enumerate(found) if m is not None}
+            picked = dict(zip(sorted(matches), each(lambda i: (matches[i], matched_rows(i, matches[i], None)), sorted(matches)),
+                              strict=True))
+        results = decided_together(picked)
+    elif matcher.unique and (matched or by_source):
         # No target row can match twice (no DuplicateMatchError to raise before writing): each
         # file is matched and rewritten at once, its keys read once.
         def whole(i: int) -> tuple[pa.Table, _MergedFile | None] | None:
             found = match(i)
             return None if found is None else (found[0], merged(i, found[0], found[1]))
 
-        indexes = range(candidates.num_rows)
         results = {i: r for i, r in zip(indexes, each(whole, indexes, undo=forget), strict=True) if r is not None}
     else:
         # Every file is matched (and duplicates refused) before any is rewritten; the rows read
         # to match are not kept meanwhile.
-        found = each(lambda i: None if (m := match(i)) is None else m[0], range(candidates.num_rows))
+        found = each(lambda i: None if (m := match(i)) is None else m[0], indexes)
         matches = {i: m for i, m in enumerate(found) if m is not None}
         touched = sorted(matches) if matched or by_source else []
         rewritten = each(lambda i: (matches[i], merged(i, matches[i], None)), touched, undo=forget)

@@ -155,6 +155,7 @@ class ReadContext:
         row_commit_version: str | None = None,
         file_columns: Sequence[pa.Field] = (),
         parallel: int = 1,
+        rows_at: np.ndarray | None = None,
     ) -> Iterator[pa.RecordBatch]:
         """The live rows of ``files`` (rows of ``Snapshot.files()``), file by file, as batches of
         :meth:`output_schema` ``(columns)``. ``row_filter`` (over logical names, reading
@@ -167,7 +168,12 @@ class ReadContext:
         ``row_commit_version``, on a table with row tracking enabled, each row's stable row id
         (its materialized row id, else the file's ``baseRowId`` + its position) and row commit
         version (its materialized one, else the file's ``defaultRowCommitVersion``).
-        ``parallel`` files are read at once (their batches still come in file order)."""
+        ``parallel`` files are read at once (their batches still come in file order).
+
+        ``rows_at``, with one file: only its live rows at these physical positions (ascending,
+        as ``row_index`` numbers them). Only the row groups holding them are read, and a string
+        column stored with a dictionary is decoded for those rows alone: a merge-on-read reads
+        a few rows of a file this way."""
         out_schema = self.output_schema(columns)
         wanted = [f.name for f in out_schema]
         extra = [f.name for f in self.output_schema(list(filter_columns)) if f.name not in wanted] if row_filter is not None else []
@@ -190,6 +196,8 @@ class ReadContext:
             wanted = [*wanted, name]
         if files.num_rows == 0:
             return
+        if rows_at is not None and files.num_rows != 1:
+            raise InvalidArgumentError(f"rows_at reads one data file of table {self.table_uri}, not {files.num_rows}")
         store = store if store is not None else self.open_store()
         deleted = self.deleted_rows(files, store)
         partitions = parse_partition_values(files, self.schema, self.partition_columns, self.table_configuration.properties)
@@ -203,7 +211,7 @@ class ReadContext:
         def file_batches(i: int) -> Iterator[pa.RecordBatch]:
             constants = {name: partitions.column(name)[i] for name in partitions.column_names}
             positions = _Positions(row_index, tracking, row_ids[i] if row_ids is not None else None)
-            for batch in self._file_batches(store, paths[i], read_schema, physical, constants, deleted[i], batch_rows, positions):
+            for batch in self._file_batches(store, paths[i], read_schema, physical, constants, deleted[i], batch_rows, positions, rows_at):
                 if row_filter is not None:
                     rows = pa.Table.from_batches([batch])
                     batch = batch.filter(row_filter.mask(rows) if isinstance(row_filter, RowFilter) else evaluate(row_filter, rows))
@@ -254,6 +262,7 @@ class ReadContext:
         deleted: pa.Array | None,
         batch_rows: int,
         positions: _Positions,
+        rows_at: np.ndarray | None = None,
     ) -> Iterator[pa.RecordBatch]:
         location = locate(self.table_uri, path, allow_absolute=self.allow_absolute_paths, version=self.version)
         where = f"data file {location.uri} of table {self.table_uri}"
@@ -265,17 +274,13 @@ class ReadContext:
                 read = [field.name for field in physical.values() if field.name in present]
                 read += [name for name in positions.materialized() if name in present and name not in read]
                 keep = _keep_mask(deleted, parquet.metadata.num_rows, where, path)
-                position = 0
-                if not read:  # only partition columns or columns the file predates: count rows
-                    chunks: Iterable[pa.RecordBatch | int] = _row_counts(parquet.metadata.num_rows, batch_rows)
-                else:  # Arrow decodes a row group's columns in parallel on its own pool, without the GIL
-                    chunks = parquet.iter_batches(batch_size=batch_rows, columns=read, use_threads=True)
-                for chunk in chunks:
-                    n = chunk if isinstance(chunk, int) else chunk.num_rows
+                pieces = _every_row(parquet, read, batch_rows) if rows_at is None else _rows_at(parquet, source, read, rows_at, where)
+                for index, chunk in pieces:
+                    n = len(index)
                     arrays = []
                     for f in schema:
                         if f.name not in physical and f.name not in constants:  # row index, row id, row commit version
-                            arrays.append(positions.column(f.name, position, n, None if isinstance(chunk, int) else chunk, where))
+                            arrays.append(positions.column(f.name, index, None if isinstance(chunk, int) else chunk, where))
                         elif f.name in constants:
                             arrays.append(pa.repeat(constants[f.name], n).cast(f.type))
                         elif isinstance(chunk, int) or physical[f.name].name not in present:
@@ -287,8 +292,7 @@ class ReadContext:
                     else:  # no columns asked for (a row count): the batch still has n rows
                         batch = pa.RecordBatch.from_struct_array(pa.array([{}] * n, pa.struct([])))
                     if keep is not None:
-                        batch = batch.filter(pa.array(keep[position : position + n]))
-                    position += n
+                        batch = batch.filter(pa.array(keep[index]))
                     if batch.num_rows:
                         yield batch
         except TxnLogError:
@@ -336,8 +340,9 @@ class _Positions:
         wanted = [(t.row_id, t.id_column), (t.row_commit_version, t.version_column)]
         return [column for asked, column in wanted if asked is not None and column]
 
-    def column(self, name: str, start: int, n: int, chunk: pa.RecordBatch | None, where: str) -> pa.Array:
-        index = np.arange(start, start + n, dtype=np.int64)
+    def column(self, name: str, index: np.ndarray, chunk: pa.RecordBatch | None, where: str) -> pa.Array:
+        """Column ``name`` for the rows at physical positions ``index`` (``chunk``: their stored columns)."""
+        n = len(index)
         if name == self.row_index or self.tracking is None or self.defaults is None:
             return pa.array(index)
         t = self.tracking
@@ -383,9 +388,57 @@ def _open_absolute(uri: str) -> Any:
     return fs.open_input_file(path)
 
 
-def _row_counts(total: int, batch_rows: int) -> Iterator[int]:
-    for start in range(0, total, batch_rows):
-        yield min(batch_rows, total - start)
+#: A chunk of a data file: its rows' physical positions, and their stored columns (or only how
+#: many rows, when no stored column is read).
+_Piece = tuple[np.ndarray, "pa.RecordBatch | int"]
+
+
+def _every_row(parquet: pq.ParquetFile, read: list[str], batch_rows: int) -> Iterator[_Piece]:
+    total = parquet.metadata.num_rows
+    if not read:  # only partition columns or columns the file predates: count rows
+        for start in range(0, total, batch_rows):
+            yield np.arange(start, min(start + batch_rows, total), dtype=np.int64), min(batch_rows, total - start)
+        return
+    start = 0
+    # Arrow decodes a row group's columns in parallel on its own pool, without the GIL.
+    for batch in parquet.iter_batches(batch_size=batch_rows, columns=read, use_threads=True):
+        yield np.arange(start, start + batch.num_rows, dtype=np.int64), batch
+        start += batch.num_rows
+
+
+def _rows_at(parquet: pq.ParquetFile, source: Any, read: list[str], rows_at: np.ndarray, where: str) -> Iterator[_Piece]:
+    """The rows at physical positions ``rows_at``, read row group by row group (only the groups
+    holding one). String columns stored as a dictionary in every such group are read as
+    dictionaries, and cast to their type (``_as_logical``) after the rows are taken: a few rows'
+    strings are built, not the whole column's."""
+    meta = parquet.metadata
+    rows_at = np.asarray(rows_at, dtype=np.int64)
+    if len(rows_at) and (rows_at[0] < 0 or rows_at[-1] >= meta.num_rows or (np.diff(rows_at) <= 0).any()):
+        raise InvalidArgumentError(f"rows of {where} must be asked for by ascending positions below its {meta.num_rows} rows")
+    sizes = np.array([meta.row_group(g).num_rows for g in range(meta.num_row_groups)], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    group_of = np.searchsorted(ends, rows_at, side="right")
+    groups = np.unique(group_of).tolist()
+    if not read:
+        for g in groups:
+            yield rows_at[group_of == g], int((group_of == g).sum())
+        return
+    leaves = {meta.schema.column(c).path: c for c in range(meta.num_columns)}
+    arrow = parquet.schema_arrow
+    dictionary = [name for name in read if name in leaves and _is_stringlike(arrow.field(name).type)
+                  and all(meta.row_group(g).column(leaves[name]).has_dictionary_page for g in groups)]
+    reader = pq.ParquetFile(source, metadata=meta, read_dictionary=dictionary, coerce_int96_timestamp_unit="us") if dictionary else parquet
+    for g in groups:
+        index = rows_at[group_of == g]
+        rows = reader.read_row_group(g, columns=read, use_threads=True).take(pa.array(index - (ends[g] - sizes[g])))
+        for batch in rows.combine_chunks().to_batches():  # dictionaries are decoded as the column's type
+            yield index[: batch.num_rows], batch
+            index = index[batch.num_rows :]
+
+
+def _is_stringlike(kind: pa.DataType) -> bool:
+    t = pa.types
+    return bool(t.is_string(kind) or t.is_large_string(kind) or t.is_binary(kind) or t.is_large_binary(kind))
 
 
 def _keep_mask(deleted: pa.Array | None, num_rows: int, where: str, path: str) -> np.ndarray | None:
