@@ -400,8 +400,9 @@ def _every_row(parquet: pq.ParquetFile, read: list[str], batch_rows: int) -> Ite
             yield np.arange(start, min(start + batch_rows, total), dtype=np.int64), min(batch_rows, total - start)
         return
     start = 0
-    # Arrow decodes a row group's columns in parallel on its own pool, without the GIL.
-    for batch in parquet.iter_batches(batch_size=batch_rows, columns=read, use_threads=True):
+    # Arrow decodes a row group's columns in parallel on its own pool, without the GIL (one
+    # column gains nothing from that, and loses the hand-over: a key column read a third slower).
+    for batch in parquet.iter_batches(batch_size=batch_rows, columns=read, use_threads=len(read) > 1):
         yield np.arange(start, start + batch.num_rows, dtype=np.int64), batch
         start += batch.num_rows
 
@@ -430,7 +431,7 @@ def _rows_at(parquet: pq.ParquetFile, source: Any, read: list[str], rows_at: np.
     reader = pq.ParquetFile(source, metadata=meta, read_dictionary=dictionary, coerce_int96_timestamp_unit="us") if dictionary else parquet
     for g in groups:
         index = rows_at[group_of == g]
-        rows = reader.read_row_group(g, columns=read, use_threads=True).take(pa.array(index - (ends[g] - sizes[g])))
+        rows = reader.read_row_group(g, columns=read, use_threads=len(read) > 1).take(pa.array(index - (ends[g] - sizes[g])))
         for batch in rows.combine_chunks().to_batches():  # dictionaries are decoded as the column's type
             yield index[: batch.num_rows], batch
             index = index[batch.num_rows :]
