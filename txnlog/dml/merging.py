@@ -498,7 +498,7 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
             return {}
         packed = [pa.array((np.int64(i) << _FILE_SHIFT) + picked[i][0].column(ROW_INDEX).to_numpy()) for i in order]
         pairs = pa.table({ROW_INDEX: pa.chunked_array(packed, pa.int64()),
-                          SOURCE_ROW: pa.chunked_array([picked[i][0].column(SOURCE_ROW) for i in order], pa.int64())})
+                          SOURCE_ROW: _chunks_of([picked[i][0].column(SOURCE_ROW) for i in order])})
         everything = pa.concat_tables([picked[i][1] for i in order])
         done = decided(pairs, everything, everything, np.zeros(0, dtype=np.int64), None)
         out: dict[int, tuple[pa.Table, _MergedFile | None]] = {i: (picked[i][0], None) for i in order}
@@ -584,7 +584,7 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     # 3. The source rows no target row matched, each by the first insert clause whose
     # condition holds.
     taken = [m.column(SOURCE_ROW) for m, _ in results.values()]
-    unmatched = pa.chunked_array(taken, pa.int64()).combine_chunks() if taken else pa.array([], pa.int64())
+    unmatched = _chunks_of(taken).combine_chunks()
     fresh = src.filter(pc.invert(pc.is_in(src.column(SOURCE_ROW), value_set=unmatched))) if inserts else src.slice(0, 0)
 
     def inserted_rows() -> Iterator[tuple[RowKind, pa.Table]]:
@@ -609,6 +609,12 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     timing = Timing(ms_since(start, scanned), ms_since(scanned), ms_since(start))
     return MergeMetrics(src.num_rows, candidates.num_rows, staged.files, staged.change_files, inserted, updated_rows, deleted_rows, copied,
                         by_source_updated, by_source_deleted, timing=timing)
+
+
+def _chunks_of(columns: Sequence[pa.ChunkedArray]) -> pa.ChunkedArray:
+    """int64 columns as one, chunk for chunk (``pa.chunked_array`` of ChunkedArrays converts
+    them value by value in Python: 4.6 ms for 10,000 values)."""
+    return pa.chunked_array([chunk for column in columns for chunk in column.chunks], pa.int64())
 
 
 def _chain(first: Sequence[tuple[RowKind, pa.Table]], then: Iterator[tuple[RowKind, pa.Table]]) -> Iterator[tuple[RowKind, pa.Table]]:
