@@ -75,3 +75,18 @@ def test_spark_delta_reads_txnlog_tables_and_txnlog_reads_its_commits(delta_spar
     assert sorted(snap.files().column("partition_values").to_pylist(maps_as_pydicts="lossy"), key=str)[0] == {"region": "APAC"}
     t.append(pa.table({"id": [7], "region": ["EU"]}, schema=schema))
     assert delta_spark.read.format("delta").load(str(tmp_path / "t")).count() == 5
+
+
+@pytest.mark.parametrize("vectorized", ["true", "false"])
+def test_spark_delta_reads_delta_encoded_integer_columns(delta_spark, tmp_path, vectorized):
+    from tests.dml.test_write_table import stepped_integers
+
+    data = stepped_integers(5_000)
+    Table.create(tmp_path / "t", data.schema).append(data)
+    before = delta_spark.conf.get("spark.sql.parquet.enableVectorizedReader")
+    delta_spark.conf.set("spark.sql.parquet.enableVectorizedReader", vectorized)
+    try:
+        rows = delta_spark.read.format("delta").load(str(tmp_path / "t")).orderBy("id").collect()
+    finally:
+        delta_spark.conf.set("spark.sql.parquet.enableVectorizedReader", before)
+    assert [r.asDict() for r in rows] == data.to_pylist()

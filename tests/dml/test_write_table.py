@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import deltalake
+import numpy as np
 import pandas as pd
 import polars as pl
 import pyarrow as pa
@@ -187,3 +188,34 @@ def test_columns_whose_values_repeat_are_dictionary_encoded_and_unique_keys_are_
     chunks = pq.ParquetFile(nested).metadata.row_group(0)
     assert any("DICTIONARY" in e for e in chunks.column(0).encodings)  # nested columns: every column keeps Parquet's default
     assert txnlog.Table(str(tmp_path / "flat")).snapshot().to_arrow().equals(data.drop_columns(["nested"]))
+
+
+def stepped_integers(n: int) -> pa.Table:
+    """Integer columns with small steps (delta-encoded), with nulls, near int64's ends, going
+    down; one that repeats (a dictionary) and one of random int64s (neither)."""
+    rng = np.random.default_rng(7)
+    return pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "down": pa.array([None if i % 97 == 0 else 2**63 - 1 - 3 * i for i in range(n)], pa.int64()),
+        "i32": pa.array(range(-n, 0), pa.int32()),
+        "i16": pa.array([i % 30_000 - 15_000 for i in range(n)], pa.int16()),
+        "repeats": pa.array([(i * 7) % 100 - 50 for i in range(n)], pa.int8()),
+        "random": pa.array(rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)),
+    })
+
+
+def test_integer_columns_with_small_steps_are_delta_encoded_and_every_reader_reads_them(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    data = stepped_integers(20_000)
+    uri = str(tmp_path / "t")
+    txnlog.write_table(uri, data)
+    (path,) = (tmp_path / "t").glob("*.parquet")
+    chunks = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
+    assert {c for c, e in encodings.items() if "DELTA_BINARY_PACKED" in e} == {"id", "down", "i32", "i16"}
+    assert any("DICTIONARY" in e for e in encodings["repeats"]) and encodings["random"] == ("RLE", "PLAIN")
+
+    assert txnlog.Table(uri).snapshot().to_arrow().equals(data)
+    assert deltalake.DeltaTable(uri).to_pyarrow_table().sort_by("id").equals(data)
+    assert sorted_rows(duckdb_rows(uri, data.column_names)) == sorted_rows([tuple(r.values()) for r in data.to_pylist()])
