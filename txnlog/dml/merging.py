@@ -380,33 +380,33 @@ def run_merge(txn: OptimisticTransaction, plan: MergePlan, source: pa.Table | pa
     deletes = {k for k, c in enumerate(matched) if c.clause.action == "delete"}
     by_source_deletes = {k for k, c in enumerate(by_source) if c.clause.action == "delete"}
 
+    def unread(i: int, have: pa.Table | None, rows_at: np.ndarray | None = None) -> pa.Table:
+        """File i's rows (at ``rows_at``, ascending; every live row when None) with ROW_INDEX,
+        the row ids, and the columns the clauses need that ``have`` (what was read of it
+        already, if kept) lacks: read, or taken from ``have`` when it holds them all."""
+        missing = [c for c in read_columns if have is None or c not in have.column_names]
+        if missing or output.row_id is not None or have is None:
+            return ctx.read(candidates.slice(i, 1), columns=missing, row_index=ROW_INDEX, store=store,
+                            row_id=output.row_id, row_commit_version=output.row_commit_version, rows_at=rows_at)
+        rows = have.select([ROW_INDEX])
+        return rows if rows_at is None else rows.take(np.searchsorted(rows.column(ROW_INDEX).to_numpy(), rows_at))
+
     def matched_rows(i: int, pairs: pa.Table, have: pa.Table | None) -> pa.Table:
         """Merge-on-read without a by-source clause, which keeps no old row and reads no
-        unmatched one: file i's rows at ``pairs`` (its matched rows) alone, taken from ``have``
-        (what the match read of it, if kept) or read."""
+        unmatched one: file i's rows at ``pairs`` (its matched rows) alone."""
         wanted = pairs.column(ROW_INDEX).to_numpy()  # ascending
-        missing = [c for c in read_columns if have is None or c not in have.column_names]
+        rows = unread(i, have, wanted)
+        if not np.array_equal(rows.column(ROW_INDEX).to_numpy(), wanted):
+            raise TxnLogError(f"merge into {txn.uri}: data file {paths[i]} changed while it was read")
         at = np.searchsorted(have.column(ROW_INDEX).to_numpy(), wanted) if have is not None else None
-        if missing or output.row_id is not None or have is None:
-            rows = ctx.read(candidates.slice(i, 1), columns=missing, row_index=ROW_INDEX, store=store,
-                            row_id=output.row_id, row_commit_version=output.row_commit_version, rows_at=wanted)
-            if not np.array_equal(rows.column(ROW_INDEX).to_numpy(), wanted):
-                raise TxnLogError(f"merge into {txn.uri}: data file {paths[i]} changed while it was read")
-        else:
-            rows = have.select([ROW_INDEX]).take(at)
         return _with_columns(rows, columns, schema, have, at)
 
     def merged(i: int, pairs: pa.Table, have: pa.Table | None) -> _MergedFile | None:
         """File i's part: ``pairs`` its matched rows, ``have`` what was read of it already (its
         live rows in file order, with ROW_INDEX), if kept."""
-        missing = [c for c in read_columns if have is None or c not in have.column_names]
-        if missing or output.row_id is not None or have is None:
-            rows = ctx.read(candidates.slice(i, 1), columns=missing, row_index=ROW_INDEX, store=store,
-                            row_id=output.row_id, row_commit_version=output.row_commit_version)
-            if have is not None and rows.num_rows != have.num_rows:
-                raise TxnLogError(f"merge into {txn.uri}: data file {paths[i]} changed while it was read")
-        else:
-            rows = have.select([ROW_INDEX])
+        rows = unread(i, have)
+        if have is not None and rows.num_rows != have.num_rows:
+            raise TxnLogError(f"merge into {txn.uri}: data file {paths[i]} changed while it was read")
         # Both ascending: each matched row's place among the rows read.
         at = np.searchsorted(rows.column(ROW_INDEX).to_numpy(), pairs.column(ROW_INDEX).to_numpy())
         if not dv_mode:  # the file is written again: every column of every row

@@ -422,7 +422,8 @@ def _rows_at(parquet: pq.ParquetFile, source: Any, read: list[str], rows_at: np.
     groups = np.unique(group_of).tolist()
     if not read:
         for g in groups:
-            yield rows_at[group_of == g], int((group_of == g).sum())
+            index = rows_at[group_of == g]
+            yield index, len(index)
         return
     leaves = {meta.schema.column(c).path: c for c in range(meta.num_columns)}
     arrow = parquet.schema_arrow

@@ -761,8 +761,8 @@ def column_encodings(rows: pa.Table) -> ColumnEncodings:
 
 
 def _small_steps(runs: list[pa.ChunkedArray], bit_width: int) -> bool:
-    """Whether the differences between neighbouring values of each run (nulls left out) span
-    at most half of ``bit_width`` bits."""
+    """Whether the differences between neighbouring values of each run (nulls left out),
+    together with zero, lie in a range of at most half of ``bit_width`` bits."""
     low, high = 0, 0
     for run in runs:
         # As floats: only the steps' size matters, and no step of int64's extremes overflows.
