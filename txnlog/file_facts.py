@@ -624,8 +624,14 @@ def _utf8_text(value: bytes, column: str) -> str:
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError:
-        raise SchemaError(f"binary partition value {value!r} of column '{column}' is not UTF-8 text: Delta engines read a binary "
-                          "partition value as the UTF-8 bytes of its text, so these bytes cannot be kept", field=column) from None
+        raise non_utf8_partition_value(value, column) from None
+
+
+def non_utf8_partition_value(value: bytes, column: str) -> SchemaError:
+    """The error for a binary partition value ``value`` of ``column`` that is no UTF-8 text
+    (every writer's)."""
+    return SchemaError(f"binary partition value {value!r} of column '{column}' is not UTF-8 text: Delta engines read a binary "
+                       "partition value as the UTF-8 bytes of its text, so these bytes cannot be kept", field=column)
 
 
 # --- the file key -----------------------------------------------------------------------------
@@ -667,6 +673,7 @@ __all__ = [
     "parse_timestamps",
     "partition_fields",
     "partition_value_keys",
+    "non_utf8_partition_value",
     "partition_value_texts",
     "physical_name",
     "physical_names",
