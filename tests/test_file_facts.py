@@ -7,8 +7,10 @@ from decimal import Decimal
 
 import orjson
 import pyarrow as pa
+import pytest
 
 from txnlog import file_facts
+from txnlog.errors import SchemaError
 from txnlog.log.file_actions import table_from_log_dicts
 from txnlog.schema import FIELD_METADATA_KEY
 
@@ -18,7 +20,7 @@ TYPES = {
     "ts": (pa.timestamp("us", tz="UTC"), [dt.datetime(2024, 1, 2, 3, 4, 5, 600000, tzinfo=UTC), None]),
     "ntz": (pa.timestamp("us"), [dt.datetime(1999, 12, 31, 23, 59, 59), None]),
     "dec": (pa.decimal128(10, 3), [Decimal("-12.340"), None]),
-    "bin": (pa.binary(), [b"\x00\x01\xff", None]),
+    "bin": (pa.binary(), [b"\x00\x01\xc3\xa9\xe2\x82\xac", None]),
     "b": (pa.bool_(), [True, None]),
     "i": (pa.int32(), [-7, None]),
     "f": (pa.float64(), [float("inf"), None]),
@@ -35,11 +37,19 @@ def test_partition_values_round_trip_through_their_text_form() -> None:
     texts = {name: [value for value, _dir in file_facts.partition_value_texts(pa.array(vals, t))] for name, (t, vals) in TYPES.items()}
     assert texts["ts"][0] == "2024-01-02T03:04:05.600000Z" and texts["ntz"][0] == "1999-12-31 23:59:59.000000"
     assert texts["dec"][0] == "-12.340" and texts["b"][0] == "true" and texts["f"][0] == "Infinity"
+    assert texts["bin"][0] == "\x00\x01é€"  # the text whose UTF-8 bytes the value is, as delta-spark and delta-rs read it
     rows = [{name: texts[name][i] for name in TYPES} for i in range(2)]
     parsed = file_facts.parse_partition_values(_files(rows), schema, list(TYPES))
     assert parsed.schema == schema
     for name, (_t, vals) in TYPES.items():
         assert parsed.column(name).to_pylist() == vals, name
+
+
+def test_a_binary_partition_value_that_is_not_utf8_is_refused_naming_the_column_and_value() -> None:
+    # delta-spark and delta-rs read a binary partition value as its text's UTF-8 bytes: 0xFF has no text.
+    with pytest.raises(SchemaError, match=r"binary partition value b'a\\xff' of column 'key' is not UTF-8") as caught:
+        file_facts.partition_value_texts(pa.array([b"ok", b"a\xff"], pa.binary()), "key")
+    assert caught.value.field == "key"
 
 
 def test_partition_value_text_forms_other_writers_use() -> None:

@@ -508,17 +508,8 @@ def string_converter(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
     if pa.types.is_timestamp(target):
         return lambda a: parse_timestamps(a, target)
     if pa.types.is_binary(target) or pa.types.is_large_binary(target):
-        return lambda a: _latin1_bytes(a, target)
+        return lambda a: pc.cast(a, target)  # the text's UTF-8 bytes, as delta-spark and delta-rs read it
     return lambda a: pc.cast(pc.utf8_trim_whitespace(a), target)
-
-
-def _latin1_bytes(strings: pa.Array, target: pa.DataType) -> pa.Array:
-    """Delta serializes a binary value one character per byte: ASCII casts as it is; other
-    characters must be below U+0100 (else the value is not a serialized binary)."""
-    if not pc.any(pc.invert(pc.fill_null(pc.string_is_ascii(strings), True))).as_py():
-        return pc.cast(strings, target)
-    out = [None if s is None else s.encode("latin-1") for s in strings.to_pylist()]  # raises on > U+00FF
-    return pa.array(out, target)
 
 
 # --- partition values -------------------------------------------------------------------------
@@ -532,17 +523,7 @@ def parse_partition_column(strings: pa.Array, target: pa.DataType) -> tuple[pa.A
     strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
     if pa.types.is_string(target) or pa.types.is_large_string(target):
         return pc.cast(strings, target), _falses(len(strings))
-    try:
-        return convert_tolerant(strings, string_converter(target), target)
-    except UnicodeEncodeError:  # a character above U+00FF in a binary value
-        return convert_tolerant(strings, lambda a: _latin1_strict(a, target), target)
-
-
-def _latin1_strict(strings: pa.Array, target: pa.DataType) -> pa.Array:
-    try:
-        return _latin1_bytes(strings, target)
-    except UnicodeEncodeError as e:
-        raise ValueError(str(e)) from None
+    return convert_tolerant(strings, string_converter(target), target)
 
 
 def partition_value_keys(values: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
@@ -593,11 +574,13 @@ def parse_partition_values(
     return pa.table(columns, schema=pa.schema(fields)) if fields else pa.table({}).take(pa.array([], pa.int64()))
 
 
-def partition_value_texts(values: pa.Array) -> list[tuple[str | None, str]]:
-    """For each value: its ``partitionValues`` string (None for null) and its directory text.
+def partition_value_texts(values: pa.Array, column: str = "") -> list[tuple[str | None, str]]:
+    """For each value of partition column ``column``: its ``partitionValues`` string (None for
+    null) and its directory text.
 
     Serialized as PROTOCOL.md "Partition Value Serialization" says: numbers as decimal text,
-    dates ``YYYY-MM-DD``, booleans ``true``/``false``, binary one character per byte.
+    dates ``YYYY-MM-DD``, booleans ``true``/``false``, binary as the text its bytes are in UTF-8
+    (delta-spark and delta-rs read the text's UTF-8 bytes; other bytes are refused: SchemaError).
     ``timestamp`` values are written as ISO-8601 UTC (``1970-01-01T00:00:00.000000Z``, the form
     the protocol recommends and delta-spark writes by default); ``timestamp_ntz`` as
     ``1970-01-01 00:00:00.000000``. An empty string is null, as the protocol says.
@@ -631,10 +614,24 @@ def partition_value_texts(values: pa.Array) -> list[tuple[str | None, str]]:
     elif pa.types.is_decimal(t):
         texts = [format(v, "f") if isinstance(v, decimal.Decimal) else None for v in values.to_pylist()]
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        texts = [v.decode("latin-1") if v is not None else None for v in values.to_pylist()]  # one char per byte
+        texts = [_utf8_text(v, column) if v is not None else None for v in values.to_pylist()]
     else:
         texts = [None if v is None else str(v) for v in values.to_pylist()]
     return [(None, HIVE_DEFAULT_PARTITION) if not text else (text, text) for text in texts]
+
+
+def _utf8_text(value: bytes, column: str) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise non_utf8_partition_value(value, column) from None
+
+
+def non_utf8_partition_value(value: bytes, column: str) -> SchemaError:
+    """The error for a binary partition value ``value`` of ``column`` that is no UTF-8 text
+    (every writer's)."""
+    return SchemaError(f"binary partition value {value!r} of column '{column}' is not UTF-8 text: Delta engines read a binary "
+                       "partition value as the UTF-8 bytes of its text, so these bytes cannot be kept", field=column)
 
 
 # --- the file key -----------------------------------------------------------------------------
@@ -676,6 +673,7 @@ __all__ = [
     "parse_timestamps",
     "partition_fields",
     "partition_value_keys",
+    "non_utf8_partition_value",
     "partition_value_texts",
     "physical_name",
     "physical_names",

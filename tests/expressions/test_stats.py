@@ -369,11 +369,13 @@ def test_typed_partition_values_are_parsed_from_their_serialization() -> None:
 
 def test_binary_partition_values() -> None:
     schema = pa.schema([("b", pa.binary())])
-    # One character per byte (PROTOCOL.md): U+00FF is the byte 0xFF; U+0100 is no byte at all.
+    # The text's UTF-8 bytes, as delta-spark and delta-rs read it: U+00FF is the bytes C3 BF.
     files = files_table([({"b": "\u0001\u0002"}, None), ({"b": "ab"}, None), ({"b": "\u00ff"}, None), ({"b": "\u0100"}, None)])
-    assert kept(FilePredicate("b = X'0102'", schema, ["b"]), files) == ["f0", "f3"]  # f3: unknown, kept
-    assert kept(FilePredicate("b = 'ab'", schema, ["b"]), files) == ["f1", "f3"]
-    assert kept(FilePredicate("b = X'FF'", schema, ["b"]), files) == ["f2", "f3"]
+    assert kept(FilePredicate("b = X'0102'", schema, ["b"]), files) == ["f0"]
+    assert kept(FilePredicate("b = 'ab'", schema, ["b"]), files) == ["f1"]
+    assert kept(FilePredicate("b = X'C3BF'", schema, ["b"]), files) == ["f2"]
+    assert kept(FilePredicate("b = X'FF'", schema, ["b"]), files) == []
+    assert kept(FilePredicate("b = X'C480'", schema, ["b"]), files) == ["f3"]
 
 
 def test_unparseable_partition_values_keep_the_file() -> None:

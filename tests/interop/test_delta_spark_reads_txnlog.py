@@ -347,3 +347,34 @@ def test_restored_and_vacuumed_by_txnlog(delta_spark: Any, spark_conf: Any, tmp_
     assert_rows_agree(delta_spark, path)
     table.append(sales(delta_spark, 100, 3))
     assert spark_rows(delta_spark, path) == txnlog_rows(table)
+
+
+#: Binary partition values: NUL and control bytes, characters a directory name escapes, UTF-8 past
+#: ASCII, the empty value (NULL, as every Delta writer records it) and NULL.
+BINARY_PARTITIONS = [b"\x00", b"a\x00b\x01", b"", None, b"a/b=c%25d", "é€".encode(), b"\x7f \xc2\x80{[]^?*"]
+
+
+def test_binary_partition_values_mean_the_same_bytes_to_txnlog_delta_spark_and_deltalake(delta_spark: Any, tmp_path: Path) -> None:
+    """A binary partition value is stored as the text its bytes are in UTF-8, which delta-spark
+    and deltalake read back as those bytes (both take a binary partition value's text as UTF-8);
+    txnlog reads delta-spark's the same way. Bytes that are no UTF-8 text are refused, naming the
+    column and the value, and nothing is committed."""
+    import txnlog
+
+    deltalake = pytest.importorskip("deltalake")
+    uri = str(tmp_path / "binary")
+    rows = pa.table({"id": pa.array(range(len(BINARY_PARTITIONS)), pa.int64()), "b": pa.array(BINARY_PARTITIONS, pa.binary())})
+    txnlog.write_table(uri, rows, partition_by=["b"])
+    expected = [(i, None if v == b"" else v) for i, v in enumerate(BINARY_PARTITIONS)]
+    assert sorted((r["id"], r["b"]) for r in Table(uri).snapshot().to_arrow().to_pylist()) == expected
+    assert sorted((r.id, None if r.b is None else bytes(r.b)) for r in delta_spark.read.format("delta").load(uri).collect()) == expected
+    assert sorted((r["id"], r["b"]) for r in deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist()) == expected
+
+    # (delta-spark's writer cannot write a NUL byte: Hadoop refuses the directory name.)
+    delta_spark.createDataFrame([(100, bytearray("ü%".encode()))], "id long, b binary").write.format("delta").mode("append").save(uri)
+    assert (100, "ü%".encode()) in [(r["id"], r["b"]) for r in Table(uri).snapshot().to_arrow().to_pylist()]
+
+    version = Table(uri).snapshot().version
+    with pytest.raises(txnlog.errors.SchemaError, match=r"binary partition value b'\\xff' of column 'b' is not UTF-8"):
+        txnlog.write_table(uri, pa.table({"id": pa.array([7], pa.int64()), "b": pa.array([b"\xff"], pa.binary())}), mode="append")
+    assert Table(uri).snapshot().version == version

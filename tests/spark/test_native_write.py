@@ -5,6 +5,7 @@ leaves only files vacuum removes."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import decimal
 import json
@@ -311,6 +312,51 @@ def test_timestamp_decimal_and_floating_partitions_are_written_natively_as_the_p
         {None, "2020-01-01T00:00:00.000000Z", "1850-06-01T00:00:00.000001Z", "1969-12-31T23:59:59.999999Z", "2021-03-14T10:30:00.000500Z"}
 
 
+#: NUL and control bytes, the escape character the native path uses for NUL (U+FFFF), characters a
+#: directory name escapes, UTF-8 past ASCII, the empty value and NULL.
+BINARY_PARTITIONS = [b"\x00", b"a\x00b\x01", "\uffff0\uffff\x00".encode(), b"", None, b"a/b=c%25d%00", "é€".encode(), b"\x7f {[]^?*"]
+
+
+def test_binary_partitions_are_written_natively_as_the_python_tasks_write_them(delta_spark: Any, tmp_path: Path) -> None:
+    """A binary partition value is stored as the text its UTF-8 bytes are (as delta-spark and
+    deltalake read it; Hadoop refuses NUL in a directory, so the native path escapes it there):
+    the same partition values as txnlog's own writer, the rows read back by txnlog, delta-spark
+    and deltalake. Bytes that are no UTF-8 text are refused with the Python tasks' error, and
+    the native write leaves no file behind."""
+    rows = [(i, value, f"r{i}") for i, value in enumerate(BINARY_PARTITIONS)]
+    schema = pa.schema([("id", pa.int64()), ("b", pa.binary()), ("s", pa.string())])
+
+    def write(uri: str) -> None:
+        txnlog.Table.create(uri, schema, partition_by=["b"])
+        ts.write(delta_spark.createDataFrame(rows, "id long, b binary, s string"), uri)
+
+    native, python = _both(delta_spark, tmp_path, write)
+    # An empty binary partition value is recorded as NULL, by txnlog's writer as by Spark's.
+    texts = {None} | {v.decode() for v in BINARY_PARTITIONS if v}
+    expected = [(i, None if v == b"" else v, s) for i, v, s in rows]
+    deltalake = pytest.importorskip("deltalake")
+    for uri in (native, python):
+        assert {dict(f["partition_values"])["b"] for f in _files(uri)} == texts
+        assert sorted((r["id"], r["b"], r["s"]) for r in txnlog.Table(uri).snapshot().to_arrow().to_pylist()) == expected
+        assert sorted((r.id, None if r.b is None else bytes(r.b), r.s) for r in ts.read(delta_spark, uri).collect()) == expected
+        seen = delta_spark.read.format("delta").load(uri).collect()
+        assert sorted((r.id, None if r.b is None else bytes(r.b), r.s) for r in seen) == expected
+        assert sorted((r["id"], r["b"], r["s"]) for r in deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist()) == expected
+
+    bad = delta_spark.createDataFrame([(50, bytearray(b"ok"), "x"), (51, bytearray(b"a\xff"), "y")], "id long, b binary, s string")
+    errors = []
+    for uri in (native, python):
+        version = txnlog.Table(uri).snapshot().version
+        with python_tasks(delta_spark) if uri == python else contextlib.nullcontext():
+            with pytest.raises(SchemaError, match=r"binary partition value b'a\\xff' of column 'b' is not UTF-8") as caught:
+                ts.write(bad, uri)
+        errors.append(str(caught.value))
+        assert txnlog.Table(uri).snapshot().version == version
+    assert errors[0] == errors[1]
+    assert not [p for p in (tmp_path / "native").rglob("*.parquet") if p.relative_to(tmp_path / "native").parts[0] not in
+                {f["path"].split("/")[0] for f in _files(native)}]
+
+
 def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_same(spark: Any, tmp_path: Path) -> None:
     """Each case the native path does not do yet is named, and the write still succeeds through
     the Python tasks with their result."""
@@ -319,14 +365,6 @@ def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_s
     def context(uri: str) -> txnlog.WriteContext:
         return txnlog.WriteContext.for_snapshot(txnlog.Table(uri).snapshot())
 
-    # Spark writes a binary partition's directory as UTF-8 text: not Delta's one character per byte.
-    uri = str(tmp_path / "binary")
-    txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("b", pa.binary())]), partition_by=["b"])
-    binary = spark.createDataFrame([(1, bytearray(b"\xff"))], "id long, b binary")
-    assert unsupported(binary, context(uri), data_change=True) == "partition column 'b' of type binary"
-    ts.write(binary, uri)
-    assert txnlog.Table(uri).snapshot().to_arrow().to_pylist() == [{"id": 1, "b": b"\xff"}]
-    assert not any(f["path"].startswith("job-") for f in _files(uri))
     # Generated columns are computed in UTC, as txnlog's writer computes them and prunes by them.
     uri = str(tmp_path / "generated")
     txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("s", pa.string()), generated_column("g", pa.int64(), "id * 2")]))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from txnlog import properties as props
 from txnlog.dml import replace_where_violation
 from txnlog.errors import SchemaError, TxnLogError
 from txnlog.expressions import FilePredicate
+from txnlog.file_facts import non_utf8_partition_value
 from txnlog.log import AddCDCFile
 from txnlog.read import CHANGE_TYPE, CHANGE_TYPES, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import (
@@ -74,6 +76,7 @@ from txnlog.write import (
     null_values,
     output_directory,
     parquet_file_stats,
+    unescape_path_name,
     unsafe_cast,
     written_partition_values,
 )
@@ -105,9 +108,14 @@ _FIELD_ID = "parquet.field.id"
 # Partition column types whose directory text Spark writes parses back as the same value: its cast
 # to string for all but TimestampType (Java's shortest round-tripping text for floats, plain
 # decimals with their scale, wall-clock text for timestamp_ntz), which Spark renders in the
-# session's time zone: outside UTC it is written as its UTC wall clock (:func:`_utc_wall_clock`).
+# session's time zone: outside UTC it is written as its UTC wall clock (:func:`_utc_wall_clock`);
+# and BinaryType, whose bytes are the UTF-8 text Delta stores, with NUL escaped (:func:`_binary_text`).
 _PARTITION_TYPES = (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType, T.FloatType,
-                    T.DoubleType, T.DecimalType, T.TimestampType, T.TimestampNTZType)
+                    T.DoubleType, T.DecimalType, T.TimestampType, T.TimestampNTZType, T.BinaryType)
+# Hadoop refuses NUL in a path: in a binary partition's directory text this character escapes
+# itself (doubled) and NUL (followed by "0"). Spark's own escaping leaves both as they are.
+_NUL_ESCAPE = "\uffff"
+_NUL_ESCAPED = re.compile(_NUL_ESCAPE + "(.)", re.S)
 _LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
                T.DoubleType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType)
 # A value whose cast to the table's type would change it, flagged per row beside the written rows.
@@ -124,7 +132,7 @@ _SHOWN = "_txnlog_expected"
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
     write it then), or None. Not yet native: generated columns in a session whose time zone is
-    not UTC, binary partition columns, casts the Python tasks treat apart (see :func:`_cast_rule`;
+    not UTC, casts the Python tasks treat apart (see :func:`_cast_rule`;
     narrowing casts are written natively with their rows counted), files cut at an
     explicit ``target_file_size`` (Spark writes one file per task and partition, as
     delta-spark does), tables in
@@ -460,6 +468,9 @@ class _SparkWrite:
         zoned = [f.name for f in out.schema.fields if f.name in partition_keys and isinstance(f.dataType, T.TimestampType)]
         if zoned and not _utc_session(rows):
             out = out.withColumns({name: _utc_wall_clock(column(name)) for name in zoned})
+        binary = [f.name for f in out.schema.fields if f.name in partition_keys and isinstance(f.dataType, T.BinaryType)]
+        if binary:
+            out = out.withColumns({name: _binary_text(column(name)) for name in binary})
         if repartition_by and rows_per_file is None:
             out = out.repartition(*[column(k) for k in repartition_by])
         target = hadoop_table_path(store.uri_of(self.directory))
@@ -505,6 +516,19 @@ def _utc_wall_clock(timestamp: Column) -> Column:
     its microseconds since the epoch added to the epoch's wall clock, which no zone rule touches.
     Spark writes its directory text as it writes any ``timestamp_ntz``."""
     return F.timestamp_add("MICROSECOND", F.unix_micros(timestamp), F.expr("TIMESTAMP_NTZ'1970-01-01 00:00:00'"))
+
+
+def _binary_text(value: Column) -> Column:
+    """A binary partition value's bytes as text (Delta's form when they are UTF-8, which a check
+    counts), with :data:`_NUL_ESCAPE` escaping NUL; Spark writes it as the directory name."""
+    text = F.replace(value.cast("string"), F.lit(_NUL_ESCAPE), F.lit(_NUL_ESCAPE * 2))
+    return F.replace(text, F.char(F.lit(0)), F.lit(_NUL_ESCAPE + "0"))
+
+
+def _binary_directory(text: str) -> str:
+    """The escaped directory text of a binary partition (:func:`_binary_text`) with NUL as
+    Spark's escaping would give it."""
+    return _NUL_ESCAPED.sub(lambda m: _NUL_ESCAPE if m.group(1) == _NUL_ESCAPE else "%00", text)
 
 
 def _observed(observation: Observation | None) -> dict[str, Any] | None:
@@ -574,6 +598,11 @@ def _nulls(name: str, count: int, _example: object | None) -> TxnLogError:
     return null_values(name, count)
 
 
+def _non_utf8(name: str, _count: int, example: object | None) -> TxnLogError:
+    shown = example.get(_SHOWN) if isinstance(example, dict) else None
+    return non_utf8_partition_value(bytes(shown) if shown is not None else b"?", name)
+
+
 def _checks(ctx: WriteContext, logical: Mapping[str, Any], require: str | None) -> list[_Check]:
     """What the written rows are counted for: nulls in NOT NULL columns, rows failing a CHECK
     constraint or invariant, rows outside a replaceWhere; each refused with the core's error
@@ -587,6 +616,11 @@ def _checks(ctx: WriteContext, logical: Mapping[str, Any], require: str | None) 
             out.append(_Check(weight > 0, error, with_example=False, weight=weight))
         if not field.nullable:
             out.append(_Check(column(name).isNull(), functools.partial(_nulls, name), with_example=False))
+    partitions = {c.lower() for c in ctx.partition_columns}
+    for name, field in logical.items():
+        if name.lower() in partitions and isinstance(field.dataType, T.BinaryType):
+            valid = F.is_valid_utf8(column(name).cast("string"))
+            out.append(_Check(column(name).isNotNull() & ~valid, functools.partial(_non_utf8, name), shown=column(name)))
     for name, predicate in ctx.constraints():
         out.append(_Check(~F.coalesce(F.expr(predicate.sql), F.lit(False)), functools.partial(constraint_violation, name, predicate.sql)))
     if require is not None:
@@ -697,6 +731,15 @@ def _written_files(store: LogStore, directory: str, file_kind: str, config: Tabl
     partition values, from the directories below it, and its footer); files without rows are
     deleted (a task without rows still wrote one)."""
     depth = len(directory.split("/"))
+    binary = {key for key, field in config.partition_keys() if pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type)}
+
+    def partition_directories(path: str) -> list[str]:
+        parts = path.split("/")[depth:-1]
+        if not binary:
+            return parts
+        return [f"{key}={_binary_directory(text)}" if unescape_path_name(key) in binary else f"{key}={text}"
+                for key, _, text in (part.partition("=") for part in parts)]
+
     listed = [info for info in store.walk_files(directory)
               if info.name.endswith(".parquet") and not any(p.startswith(("_", ".")) for p in info.path.split("/")[depth:])]
 
@@ -707,7 +750,7 @@ def _written_files(store: LogStore, directory: str, file_kind: str, config: Tabl
                 parquet = pq.ParquetFile(stream)
                 if parquet.metadata.num_rows == 0:
                     return None
-                return describe(info, written_partition_values(info.path.split("/")[depth:-1], config, where), parquet)
+                return describe(info, written_partition_values(partition_directories(info.path), config, where), parquet)
             except TxnLogError:
                 raise
             except Exception as e:  # pyarrow's errors for a file it cannot read

@@ -622,7 +622,7 @@ def _partition_runs(
     starts = [0] + [i + 1 for i in pc.indices_nonzero(changed).to_pylist()]
     ends = starts[1:] + [n]
     first_rows = pa.array(starts, pa.int64())
-    texts = [partition_value_texts(rows.column(p.name).take(first_rows)) for p in layout.partitions]
+    texts = [partition_value_texts(rows.column(p.name).take(first_rows), p.name) for p in layout.partitions]
     for run, (start, end) in enumerate(zip(starts, ends)):
         values = tuple(column[run] for column in texts)
         yield tuple(v[0] for v in values), values, rows.slice(start, end - start)
@@ -674,7 +674,7 @@ def written_partition_values(directories: Sequence[str], table_configuration: Ta
         values, bad = parse_partition_column(pa.array([text], pa.string()), field.type)
         if bad[0].as_py():
             raise SchemaError(f"{where}: partition value {text!r} of column '{field.name}' is not a {field.type}", field=field.name)
-        out[key] = partition_value_texts(values)[0][0]
+        out[key] = partition_value_texts(values, field.name)[0][0]
     missing = set(fields) - set(out)
     if missing:
         raise SchemaError(f"{where}: no directory gives partition column(s) {sorted(missing)}", field=sorted(missing)[0])
