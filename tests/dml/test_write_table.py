@@ -194,13 +194,14 @@ def test_columns_whose_values_repeat_are_dictionary_encoded_and_unique_keys_are_
 
 def stepped_integers(n: int) -> pa.Table:
     """Integer columns with small steps (delta-encoded), with nulls, near int64's ends, going
-    down; one that repeats (a dictionary) and one of random int64s (neither)."""
+    down, or all one large step; one that repeats (a dictionary) and one of random int64s (neither)."""
     rng = np.random.default_rng(7)
     return pa.table({
         "id": pa.array(range(n), pa.int64()),
         "down": pa.array([None if i % 97 == 0 else 2**63 - 1 - 3 * i for i in range(n)], pa.int64()),
         "i32": pa.array(range(-n, 0), pa.int32()),
         "i16": pa.array([i % 30_000 - 15_000 for i in range(n)], pa.int16()),
+        "stride": pa.array([-(2**62) + i * 2**40 for i in range(n)], pa.int64()),
         "repeats": pa.array([(i * 7) % 100 - 50 for i in range(n)], pa.int8()),
         "random": pa.array(rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)),
     })
@@ -215,7 +216,7 @@ def test_integer_columns_with_small_steps_are_delta_encoded_and_every_reader_rea
     (path,) = (tmp_path / "t").glob("*.parquet")
     chunks = pq.ParquetFile(path).metadata.row_group(0)
     encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
-    assert {c for c, e in encodings.items() if "DELTA_BINARY_PACKED" in e} == {"id", "down", "i32", "i16"}
+    assert {c for c, e in encodings.items() if "DELTA_BINARY_PACKED" in e} == {"id", "down", "i32", "i16", "stride"}
     assert any("DICTIONARY" in e for e in encodings["repeats"]) and encodings["random"] == ("RLE", "PLAIN")
 
     assert txnlog.Table(uri).snapshot().to_arrow().equals(data)

@@ -761,9 +761,10 @@ def column_encodings(rows: pa.Table) -> ColumnEncodings:
 
 
 def _small_steps(runs: list[pa.ChunkedArray], bit_width: int) -> bool:
-    """Whether the differences between neighbouring values of each run (nulls left out),
-    together with zero, lie in a range of at most half of ``bit_width`` bits."""
-    low, high = 0, 0
+    """Whether the differences between neighbouring values of each run (nulls left out) lie in
+    a range of at most half of ``bit_width`` bits. The encoding stores each difference less the
+    block's smallest one, so a constant step of any size packs to nothing."""
+    low, high = np.inf, -np.inf
     for run in runs:
         # As floats: only the steps' size matters, and no step of int64's extremes overflows.
         values = run.drop_null().to_numpy().astype(np.float64)
@@ -771,7 +772,7 @@ def _small_steps(runs: list[pa.ChunkedArray], bit_width: int) -> bool:
             continue
         steps = np.diff(values)
         low, high = min(low, steps.min()), max(high, steps.max())
-    return bool(high - low < 2.0 ** (bit_width // 2))
+    return bool(high < low or high - low < 2.0 ** (bit_width // 2))  # no step at all: either encoding
 
 
 _stats_workers: tuple[int, ThreadPoolExecutor] | None = None
