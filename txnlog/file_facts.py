@@ -627,10 +627,11 @@ def _utf8_text(value: bytes, column: str) -> str:
         raise non_utf8_partition_value(value, column) from None
 
 
-def non_utf8_partition_value(value: bytes, column: str) -> SchemaError:
-    """The error for a binary partition value ``value`` of ``column`` that is no UTF-8 text
-    (every writer's)."""
-    return SchemaError(f"binary partition value {value!r} of column '{column}' is not UTF-8 text: Delta engines read a binary "
+def non_utf8_partition_value(value: bytes | None, column: str) -> SchemaError:
+    """The error for a binary partition value ``value`` (None: not known) of ``column`` that is
+    no UTF-8 text (every writer's)."""
+    shown = "" if value is None else f" {value!r}"
+    return SchemaError(f"binary partition value{shown} of column '{column}' is not UTF-8 text: Delta engines read a binary "
                        "partition value as the UTF-8 bytes of its text, so these bytes cannot be kept", field=column)
 
 
@@ -665,6 +666,7 @@ __all__ = [
     "is_column_mapped",
     "is_variant",
     "leaf_paths",
+    "non_utf8_partition_value",
     "parse_column_path",
     "parse_partition_column",
     "parse_partition_values",
@@ -673,7 +675,6 @@ __all__ = [
     "parse_timestamps",
     "partition_fields",
     "partition_value_keys",
-    "non_utf8_partition_value",
     "partition_value_texts",
     "physical_name",
     "physical_names",

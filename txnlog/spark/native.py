@@ -600,7 +600,7 @@ def _nulls(name: str, count: int, _example: object | None) -> TxnLogError:
 
 def _non_utf8(name: str, _count: int, example: object | None) -> TxnLogError:
     shown = example.get(_SHOWN) if isinstance(example, dict) else None
-    return non_utf8_partition_value(bytes(shown) if shown is not None else b"?", name)
+    return non_utf8_partition_value(bytes(shown) if shown is not None else None, name)
 
 
 def _checks(ctx: WriteContext, logical: Mapping[str, Any], require: str | None) -> list[_Check]:
