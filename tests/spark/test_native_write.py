@@ -365,12 +365,13 @@ def test_the_native_path_falls_back_to_the_python_tasks_where_it_cannot_do_the_s
     def context(uri: str) -> txnlog.WriteContext:
         return txnlog.WriteContext.for_snapshot(txnlog.Table(uri).snapshot())
 
-    # Generated columns are computed in UTC, as txnlog's writer computes them and prunes by them.
+    # Generated columns are computed in UTC, as txnlog's writer computes them and prunes by them:
+    # in a classic session natively in any zone (Spark Connect analyses the plan when it runs).
     uri = str(tmp_path / "generated")
     txnlog.Table.create(uri, pa.schema([("id", pa.int64()), ("s", pa.string()), generated_column("g", pa.int64(), "id * 2")]))
     assert unsupported(df, context(uri), data_change=True) is None
     with session_confs(spark, {"spark.sql.session.timeZone": "America/Los_Angeles"}):
-        assert unsupported(df, context(uri), data_change=True) == "generated columns in a session whose time zone is not UTC"
+        assert unsupported(df, context(uri), data_change=True) is None
     plain = str(tmp_path / "plain")
     ts.write(df, plain)
     ctx = context(plain)
@@ -571,11 +572,13 @@ def test_an_identity_overflow_is_refused_natively_as_by_the_python_tasks(spark: 
     assert errors["native"].rule == errors["python"].rule == "identityColumns"
 
 
-def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_tasks(delta_spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("zone", [pytest.param("UTC", marks=pytest.mark.soak), "America/Los_Angeles"])
+def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_tasks(delta_spark: Any, tmp_path: Path, zone: str) -> None:
     """A generated partition column (``CAST(ts AS DATE)``) and one over an identity column:
     computed where the rows lack them or give NULL, given values kept when right; the same
     table either way. A wrong given value is refused with the Python tasks' error, and nothing
-    is kept."""
+    is kept. In a session whose zone is behind UTC the dates are still UTC's, natively too (a
+    row at 03:00 UTC is on the day before in Los Angeles), and a value given in UTC is right."""
     schema = pa.schema([identity_column("id"), ("ts", pa.timestamp("us", tz="UTC")), ("v", pa.int64()),
                         generated_column("day", pa.date32(), "CAST(ts AS DATE)"), generated_column("twice", pa.int64(), "id * 2 + v")])
     start = dt.datetime(2026, 3, 1, 22, tzinfo=dt.timezone.utc)
@@ -587,7 +590,7 @@ def test_generated_columns_are_computed_and_checked_natively_as_by_the_python_ta
     for path in ("native", "python"):
         uri = str(tmp_path / path)
         txnlog.Table.create(uri, schema, partition_by=["day"])
-        with session_confs(delta_spark, {NATIVE_WRITE_CONF: "auto" if path == "native" else "false"}):
+        with session_confs(delta_spark, {NATIVE_WRITE_CONF: "auto" if path == "native" else "false", "spark.sql.session.timeZone": zone}):
             ts.write(lacking, uri)
             ts.write(given, uri)
             with pytest.raises(ProtocolViolationError) as e:

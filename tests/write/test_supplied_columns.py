@@ -63,6 +63,19 @@ def test_identity_values_are_generated_unique_and_the_high_water_mark_kept(tmp_p
     assert tags == {"delta.identity.schemaUpdate": "true"}  # an identity-only metadata update, as delta-spark tags it
 
 
+def test_generated_values_are_computed_in_utc_whatever_zone_the_data_carries(tmp_path: Path) -> None:
+    # 03:00 UTC on May 2nd is May 1st in Los Angeles: the day is UTC's, the table's own zone.
+    table = _events(tmp_path)
+    instants = [dt.datetime(2024, 5, 2, 3, tzinfo=dt.timezone.utc), dt.datetime(2024, 5, 2, 23, tzinfo=dt.timezone.utc)]
+    zoned = pa.array(instants, pa.timestamp("us", tz="America/Los_Angeles"))
+    table.append(pa.table({"ts": zoned, "v": [1, 2]}))
+    assert [r["day"] for r in table.snapshot().to_arrow().sort_by("v").to_pylist()] == [dt.date(2024, 5, 2)] * 2
+    # A given value is checked against the UTC day too.
+    table.append(pa.table({"ts": zoned.slice(0, 1), "day": [dt.date(2024, 5, 2)], "v": [3]}))
+    with pytest.raises(ProtocolViolationError, match="column 'day'"):
+        table.append(pa.table({"ts": zoned.slice(0, 1), "day": [dt.date(2024, 5, 1)], "v": [4]}))
+
+
 def test_independent_readers_see_the_generated_values(tmp_path: Path) -> None:
     table = _events(tmp_path)
     table.append(pa.table({"ts": _ts(1, 2), "v": [1, 2]}))

@@ -22,6 +22,7 @@ give the same result: see :func:`unsupported`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
@@ -120,6 +121,8 @@ _LEAF_TYPES = (T.StringType, T.BinaryType, T.BooleanType, T.ByteType, T.ShortTyp
                T.DoubleType, T.DecimalType, T.DateType, T.TimestampType, T.TimestampNTZType)
 # A value whose cast to the table's type would change it, flagged per row beside the written rows.
 _CAST_LOSS = "_txnlog_cast_loss_"
+# A given generated value that its expression does not give, flagged (and the expected value) likewise.
+_GENERATED = "_txnlog_generated_"
 _FOOTER_THREADS = 8
 # The row id columns' names between the two projections (never a table column's).
 _STAGED_ROW_ID, _STAGED_COMMIT_VERSION = "_txnlog_staged_row_id", "_txnlog_staged_row_commit_version"
@@ -131,8 +134,8 @@ _SHOWN = "_txnlog_expected"
 
 def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
-    write it then), or None. Not yet native: generated columns in a session whose time zone is
-    not UTC, casts the Python tasks treat apart (see :func:`_cast_rule`;
+    write it then), or None. Not yet native: generated columns in a Spark Connect session whose
+    time zone is not UTC, casts the Python tasks treat apart (see :func:`_cast_rule`;
     narrowing casts are written natively with their rows counted), files cut at an
     explicit ``target_file_size`` (Spark writes one file per task and partition, as
     delta-spark does), tables in
@@ -152,10 +155,10 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     if target_file_size is not None:
         return "files cut at an explicit target size"
     spec = ctx.conform_spec
-    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns) and not _utc_session(df):
-        # txnlog computes generated columns in UTC (and prunes files through them so): Spark would
-        # cast in the session's zone.
-        return "generated columns in a session whose time zone is not UTC"
+    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns) and not _utc_session(df) and _analysed_lazily(df):
+        # txnlog computes generated columns in UTC (and prunes files through them so): a classic
+        # session's expressions take their zone when made (:func:`_generated`), Connect's when run.
+        return "generated columns in a Spark Connect session whose time zone is not UTC"
     types = spark_types(spec)
     partitions = {c.lower() for c in ctx.partition_columns}
     for name, kind in types.items():
@@ -221,6 +224,12 @@ def _cast_checks(df: DataFrame, spec: ConformSpec, logical: Mapping[str, Any]) -
 def _lossy_cast(name: str, source: str, target: object, count: int, example: object | None) -> TxnLogError:
     shown = example.get(_SHOWN) if isinstance(example, dict) else None
     return unsafe_cast(name, source, target, f"{count} value(s) would change" + (f", e.g. {shown}" if shown is not None else ""))
+
+
+def _analysed_lazily(df: DataFrame) -> bool:
+    """A Spark Connect DataFrame: the server analyses its plan when it runs, under the session's
+    settings then, not when it is made."""
+    return type(df).__module__.startswith("pyspark.sql.connect")
 
 
 def _utc_session(df: DataFrame) -> bool:
@@ -681,25 +690,34 @@ def _null_field(name: str, struct: Column) -> Column:
 
 def _generated(rows: DataFrame, ctx: WriteContext, logical: Mapping[str, Any]) -> tuple[DataFrame, list[_Check]]:
     """``rows`` with each generated column computed where it is NULL (missing), by Spark from
-    its generation expression over the row's other columns, as delta-spark computes it; and a
-    check per generated column that a given value is what the expression gives (``<=>``)."""
-    computed: dict[str, tuple[str, Column]] = {}
-    for spec in ctx.conform_spec.columns:
-        if spec.fill is Fill.GENERATED:
-            expression = spec.expression or ""
+    its generation expression over the row's other columns, and a check per generated column
+    that a given value is what the expression gives (``<=>``), flagged beside the rows. The
+    expressions are evaluated in UTC, as txnlog's own writer evaluates them (and prunes files
+    by them): a classic session's expressions take the session's zone when they are made, so
+    they are made with the zone set to UTC (:func:`unsupported` leaves Connect sessions in
+    another zone to the Python tasks)."""
+    spark = rows.sparkSession
+    with session_confs(spark, {"spark.sql.session.timeZone": "UTC"}) if not _utc_session(rows) else contextlib.nullcontext():
+        computed: dict[str, tuple[str, Column]] = {}
+        for spec in ctx.conform_spec.columns:
+            if spec.fill is Fill.GENERATED:
+                expression = spec.expression or ""
+                try:
+                    computed[spec.name] = expression, F.expr(expression).cast(logical[spec.name].dataType)
+                except SPARK_FAILURES as e:
+                    raise _unusable_expression(spec.name, expression, ctx.table_uri, e) from None
+        select = [F.coalesce(column(name), computed[name][1]).alias(name) if name in computed else column(name) for name in rows.columns]
+        for name, (expression, value) in computed.items():
             try:
-                computed[spec.name] = expression, F.expr(expression).cast(logical[spec.name].dataType)
+                _ = rows.select(value).schema  # analyzed now (Connect analyzes lazily): an unknown name is the expression's error
             except SPARK_FAILURES as e:
-                raise _unusable_expression(spec.name, expression, ctx.table_uri, e) from None
-    select = [F.coalesce(column(name), computed[name][1]).alias(name) if name in computed else column(name) for name in rows.columns]
-    for name, (expression, value) in computed.items():
-        try:
-            _ = rows.select(value).schema  # analyzed now (Connect analyzes lazily): an unknown name is the expression's error
-        except SPARK_FAILURES as e:
-            raise _unusable_expression(name, expression, ctx.table_uri, e) from None
-    rows = rows.select(*select)
-    checks = [_Check(~column(name).eqNullSafe(value), functools.partial(_mismatch, name, ctx.table_uri, expression), shown=value)
-              for name, (expression, value) in computed.items()]
+                raise _unusable_expression(name, expression, ctx.table_uri, e) from None
+        flags = {f"{_GENERATED}{i}": (name, expression, value) for i, (name, (expression, value)) in enumerate(computed.items())}
+        rows = rows.select(*select).select(
+            "*", *[item for flag, (name, _, value) in flags.items()
+                   for item in ((~column(name).eqNullSafe(value)).alias(flag), value.alias(f"{flag}_shown"))])
+    checks = [_Check(column(flag), functools.partial(_mismatch, name, ctx.table_uri, expression), shown=column(f"{flag}_shown"))
+              for flag, (name, expression, _) in flags.items()]
     return rows, checks
 
 
