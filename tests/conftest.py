@@ -20,14 +20,6 @@ from txnlog.storage import LogStore, open_store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-#: JVM options for every Spark JVM the tests start (the shared session's and child processes',
-#: through the environment; a standalone cluster's daemons). The suite is CPU-bound on two cores
-#: and the JVMs take 87% of its CPU: its many small jobs never repay C2's compilations.
-#: Semantics do not change; `make run` and the benchmarks keep the JVM's defaults.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)  # read by spark-submit's launcher
-os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
-
 
 def _conformance_root() -> Path | None:
     """The corpus (``tables/`` and ``expected/``): $TXNLOG_CONFORMANCE_DIR, else ../shared/conformance."""
@@ -176,10 +168,11 @@ def local_session_builder(app_name: str, *, delta: bool = True) -> Any:
         # delta-spark rebuilds a snapshot's state with this many tasks (50 by default): tiny
         # test tables load several times faster with two.
         .config("spark.databricks.delta.snapshotPartitions", "2")
-        # Spark evaluates expressions interpreted rather than compiling each query's generated
-        # code with Janino: with C1 alone, 23-42% off the Spark modules' time (A/B in turns). Results
-        # are the same either way (Spark's own suites run both modes); the standalone cluster's
-        # round trip (tests/spark/test_cluster.py), `make run` and the benchmarks run codegen.
+        # The suite is CPU-bound on two cores, 87% of it in the JVMs: Spark evaluates expressions
+        # interpreted rather than compiling each query's generated code with Janino (20% off the
+        # Spark modules timed in turns). Results are the same either way (Spark's own suites run
+        # both modes); the standalone cluster's round trip (tests/spark/test_cluster.py), `make run`
+        # and the benchmarks run codegen.
         .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     )
