@@ -283,3 +283,17 @@ def test_keys_of_any_range_match_the_equal_source_key(tmp_path_factory: Any, tar
         return (r["id"] is None, r["id"] or 0, r["v"])
 
     assert sorted(table.snapshot().to_arrow().to_pylist(), key=order) == sorted(expected, key=order)
+
+
+def test_merge_expressions_read_source_timestamps_in_utc_whatever_zone_they_carry(tmp_path: Path) -> None:
+    # 03:00 UTC on May 2nd is May 1st in Los Angeles: txnlog's SQL computes in UTC, as its
+    # generated columns and file pruning do.
+    import datetime as dt
+
+    import txnlog
+
+    table = txnlog.Table.create(str(tmp_path / "t"), pa.schema([("id", pa.int64()), ("day", pa.date32()), ("h", pa.int32())]))
+    instant = dt.datetime(2024, 5, 2, 3, tzinfo=dt.timezone.utc)
+    source = pa.table({"id": [1], "ts": pa.array([instant], pa.timestamp("us", tz="America/Los_Angeles"))})
+    table.merge(source, "t.id = s.id").when_not_matched_insert({"id": "s.id", "day": "CAST(s.ts AS DATE)", "h": "hour(s.ts)"}).execute()
+    assert table.snapshot().to_arrow().to_pylist() == [{"id": 1, "day": dt.date(2024, 5, 2), "h": 3}]

@@ -225,7 +225,12 @@ class _Evaluator:
 
     def value(self, node: ValueExpression) -> Datum:
         if isinstance(node, ColumnValue):
-            return self.resolve(node.ref)
+            values = self.resolve(node.ref)
+            if pa.types.is_timestamp(values.type) and values.type.tz not in (None, "UTC"):
+                # The same instants, computed in UTC whatever zone the data carries (a Spark
+                # session's, a pandas frame's): Arrow takes a zoned value's date in its zone.
+                values = values.cast(pa.timestamp(values.type.unit, tz="UTC"))
+            return values
         if isinstance(node, LiteralValue):
             return node.value if node.value is not None else pa.scalar(None)
         if isinstance(node, Operation):

@@ -392,12 +392,7 @@ class ConformSpec:
             if source is None or source == names[column.name]:
                 raise SchemaError(f"the expression {column.expression!r} of column '{column.name}' reads {ref}, which is no other "
                                   "top-level column of the table", field=column.name)
-            values = rows.column(source)
-            if pa.types.is_timestamp(values.type) and values.type.tz not in (None, "UTC"):
-                # The same instants, evaluated in UTC whatever zone the data carries (a Spark
-                # session's, a pandas frame's): Arrow takes a zoned value's date in its zone.
-                values = values.cast(pa.timestamp(values.type.unit, tz="UTC"))
-            return values
+            return rows.column(source)
 
         try:
             values = evaluate_value(column.parsed, resolve, rows.num_rows, text=column.expression or "")
