@@ -637,9 +637,7 @@ def _case(draw: st.DrawFn) -> tuple[list[FileCase], list[Pred]]:
     return files, draw(st.lists(st.recursive(_leaf(pool), _combine, max_leaves=4), min_size=4, max_size=10))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=_case(), partitioned=st.sets(st.sampled_from(sorted(PARTITION_COLUMNS))))
-def test_skipping_never_drops_a_matching_file(case: tuple[list[FileCase], list[Pred]], partitioned: set[str]) -> None:
+def _skipping_never_drops_a_matching_file(case: tuple[list[FileCase], list[Pred]], partitioned: set[str]) -> None:
     files, predicates = case
     listing = files_table(
         [({c: _serialize_partition(c, v) for c, v in part.items() if c in partitioned}, text) for part, _, text in files]
@@ -660,6 +658,20 @@ def test_skipping_never_drops_a_matching_file(case: tuple[list[FileCase], list[P
                 assert may[i], f"{sql}: file {i} holds a matching row but was skipped: {files[i]}"
             elif p.matches_partition_only() and file_rows:
                 assert not may[i], f"{sql}: partition values are exact, yet file {i} was kept"
+
+
+#: Each example parses up to ten predicates: the default suite takes 60 (4 s on a quiet machine), ``soak`` 500.
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_case(), partitioned=st.sets(st.sampled_from(sorted(PARTITION_COLUMNS))))
+def test_skipping_never_drops_a_matching_file(case: tuple[list[FileCase], list[Pred]], partitioned: set[str]) -> None:
+    _skipping_never_drops_a_matching_file(case, partitioned)
+
+
+@pytest.mark.soak
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_case(), partitioned=st.sets(st.sampled_from(sorted(PARTITION_COLUMNS))))
+def test_skipping_never_drops_a_matching_file_long(case: tuple[list[FileCase], list[Pred]], partitioned: set[str]) -> None:
+    _skipping_never_drops_a_matching_file(case, partitioned)
 
 
 # --- against deltalake and the conformance corpus ---------------------------------------------------
