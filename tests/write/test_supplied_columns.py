@@ -76,6 +76,18 @@ def test_generated_values_are_computed_in_utc_whatever_zone_the_data_carries(tmp
         table.append(pa.table({"ts": zoned.slice(0, 1), "day": [dt.date(2024, 5, 1)], "v": [4]}))
 
 
+def test_check_constraints_read_timestamps_in_utc_whatever_zone_the_data_carries(tmp_path: Path) -> None:
+    # 01:00 UTC on May 2nd is still May 1st in Los Angeles; 23:00 UTC on May 1st is May 1st in both.
+    table = Table.create(str(tmp_path), pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("v", pa.int64())]),
+                         properties={"delta.constraints.from_may_2nd": "CAST(ts AS DATE) >= DATE'2024-05-02'"})
+    instants = [dt.datetime(2024, 5, 2, 1, tzinfo=dt.timezone.utc), dt.datetime(2024, 5, 1, 23, tzinfo=dt.timezone.utc)]
+    zoned = pa.array(instants, pa.timestamp("us", tz="America/Los_Angeles"))
+    table.append(pa.table({"ts": zoned.slice(0, 1), "v": [1]}))
+    with pytest.raises(ProtocolViolationError, match="from_may_2nd"):
+        table.append(pa.table({"ts": zoned.slice(1, 1), "v": [2]}))
+    assert table.snapshot().to_arrow().column("v").to_pylist() == [1]
+
+
 def test_independent_readers_see_the_generated_values(tmp_path: Path) -> None:
     table = _events(tmp_path)
     table.append(pa.table({"ts": _ts(1, 2), "v": [1, 2]}))
