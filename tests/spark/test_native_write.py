@@ -524,6 +524,26 @@ def test_check_constraints_and_replace_where_are_counted_natively_and_refused_as
     assert errors["native"].rule == errors["python"].rule == "constraint:positive"
 
 
+def test_check_constraints_and_replace_where_read_timestamps_in_utc_natively_in_any_session_zone(spark: Any, tmp_path: Path) -> None:
+    """txnlog reads a CHECK constraint and a replaceWhere in UTC (as its Python writer and its file
+    pruning do), whatever the session's zone: in a Los Angeles session, a row at 01:00 UTC on May
+    2nd is on May 2nd natively as through the Python tasks, and one at 23:00 UTC on May 1st is not."""
+    after = dt.datetime(2024, 5, 2, 1, tzinfo=dt.timezone.utc)  # 18:00 on May 1st in Los Angeles
+    on_the_2nd = spark.createDataFrame([(1, after)], "id long, ts timestamp")
+    on_the_1st = spark.createDataFrame([(2, after - dt.timedelta(hours=2))], "id long, ts timestamp")
+    replacement = spark.createDataFrame([(3, after + dt.timedelta(hours=1))], "id long, ts timestamp")
+    for path in ("native", "python"):
+        uri = str(tmp_path / path)
+        zone = {NATIVE_WRITE_CONF: "auto" if path == "native" else "false", "spark.sql.session.timeZone": "America/Los_Angeles"}
+        with session_confs(spark, zone):
+            ts.write(on_the_2nd, uri, properties={"delta.constraints.from_may_2nd": "CAST(ts AS DATE) >= DATE'2024-05-02'"})
+            with pytest.raises(ProtocolViolationError, match="from_may_2nd"):
+                ts.write(on_the_1st, uri)
+            ts.write(replacement, uri, mode="overwrite", replace_where="CAST(ts AS DATE) = DATE'2024-05-02'")
+        assert [r.id for r in ts.read(spark, uri).collect()] == [3], path
+        assert all(f["path"].startswith("job-") == (path == "native") for f in _files(uri))
+
+
 def _identity_marks(uri: str) -> dict[str, int]:
     schema = txnlog.Table(uri).snapshot().table_configuration
     return {name: i.high_water_mark for name, i in schema.identity_columns.items() if i.high_water_mark is not None}

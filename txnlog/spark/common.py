@@ -144,6 +144,19 @@ def session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[Non
                 spark.conf.set(key, old)
 
 
+def utc_session(spark: SparkSession) -> bool:
+    """Whether ``spark``'s session time zone is UTC (under any of its names)."""
+    zone = spark.conf.get("spark.sql.session.timeZone", None) or ""
+    return zone.upper() in ("UTC", "ETC/UTC", "Z", "GMT", "ETC/GMT", "+00:00", "UTC+00:00", "GMT+00:00")
+
+
+def in_utc(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """A block in which ``spark`` analyses expressions in UTC, the zone txnlog reads timestamps
+    in. A classic session analyses a DataFrame when it is made (those made before keep their
+    zone); Spark Connect when it runs, so only what runs inside the block is analysed so."""
+    return contextlib.nullcontext() if utc_session(spark) else session_confs(spark, {"spark.sql.session.timeZone": "UTC"})
+
+
 def path_key(uri: str) -> str:
     """A file's identity independent of how the scheme is spelled (``file:/x`` vs ``file:///x``):
     the URI without its scheme and leading slashes, not URI-encoded. Spark's ``_metadata.file_path``
@@ -266,6 +279,7 @@ __all__ = [
     "encode_error",
     "hadoop_path",
     "hadoop_table_path",
+    "in_utc",
     "job_error",
     "path_key",
     "read_parquet_files",
@@ -274,4 +288,5 @@ __all__ = [
     "session_confs",
     "spark_path_key",
     "spark_schema_of",
+    "utc_session",
 ]

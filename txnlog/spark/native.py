@@ -22,7 +22,6 @@ give the same result: see :func:`unsupported`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import re
@@ -51,9 +50,11 @@ from txnlog.spark.common import (
     arrow_schema_of_struct,
     column,
     hadoop_table_path,
+    in_utc,
     job_error,
     session_confs,
     spark_schema_of,
+    utc_session,
 )
 from txnlog.spark.conform import conformed, spark_types
 from txnlog.write import (
@@ -132,10 +133,11 @@ _TASK, _POSITION = "_txnlog_identity_task", "_txnlog_identity_position"
 _SHOWN = "_txnlog_expected"
 
 
-def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None) -> str | None:
+def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_file_size: int | None = None,
+                require: str | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
-    write it then), or None. Not yet native: generated columns in a Spark Connect session whose
-    time zone is not UTC, casts the Python tasks treat apart (see :func:`_cast_rule`;
+    write it then), or None. Not yet native: generated columns, CHECK constraints and a
+    replaceWhere (``require``) in a Spark Connect session whose time zone is not UTC, casts the Python tasks treat apart (see :func:`_cast_rule`;
     narrowing casts are written natively with their rows counted), files cut at an
     explicit ``target_file_size`` (Spark writes one file per task and partition, as
     delta-spark does), tables in
@@ -155,10 +157,13 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     if target_file_size is not None:
         return "files cut at an explicit target size"
     spec = ctx.conform_spec
-    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns) and not _utc_session(df) and _analysed_lazily(df):
+    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns) and not utc_session(df.sparkSession) and _analysed_lazily(df):
         # txnlog computes generated columns in UTC (and prunes files through them so): a classic
         # session's expressions take their zone when made (:func:`_generated`), Connect's when run.
         return "generated columns in a Spark Connect session whose time zone is not UTC"
+    if _analysed_lazily(df) and (require is not None or ctx.constraints()) and not utc_session(df.sparkSession):
+        # They are read in UTC too (:func:`~txnlog.spark.common.in_utc`), which only a classic session's analysis allows.
+        return "CHECK constraints or a replaceWhere in a Spark Connect session whose time zone is not UTC"
     types = spark_types(spec)
     partitions = {c.lower() for c in ctx.partition_columns}
     for name, kind in types.items():
@@ -230,11 +235,6 @@ def _analysed_lazily(df: DataFrame) -> bool:
     """A Spark Connect DataFrame: the server analyses its plan when it runs, under the session's
     settings then, not when it is made."""
     return type(df).__module__.startswith("pyspark.sql.connect")
-
-
-def _utc_session(df: DataFrame) -> bool:
-    zone = df.sparkSession.conf.get("spark.sql.session.timeZone", None) or ""
-    return zone.upper() in ("UTC", "ETC/UTC", "Z", "GMT", "ETC/GMT", "+00:00", "UTC+00:00", "GMT+00:00")
 
 
 def _leaves_supported(kind: Any) -> bool:
@@ -468,14 +468,15 @@ class _SparkWrite:
         checks = self.checks
         observation = Observation("txnlog native write") if checks else None
         if observation is not None:
-            rows = rows.observe(observation, *[check.count.alias(f"check{i}") for i, check in enumerate(checks)])
+            with in_utc(rows.sparkSession):  # the checks read timestamps as txnlog does; the rows keep their zone
+                rows = rows.observe(observation, *[check.count.alias(f"check{i}") for i, check in enumerate(checks)])
         partition_keys = [_physical_name(logical[_table_name(spec, c)], mapped) for c in ctx.partition_columns]
         repartition_by = partition_keys if partition_by is None else [_physical_name(logical[_table_name(spec, c)], mapped) for c in partition_by]
         out = rows.select(*select)
         # A timestamp partition's directory carries its UTC wall clock (parsed back as the instant):
         # Spark's own text in a UTC session, a timestamp_ntz of it in any other.
         zoned = [f.name for f in out.schema.fields if f.name in partition_keys and isinstance(f.dataType, T.TimestampType)]
-        if zoned and not _utc_session(rows):
+        if zoned and not utc_session(rows.sparkSession):
             out = out.withColumns({name: _utc_wall_clock(column(name)) for name in zoned})
         binary = [f.name for f in out.schema.fields if f.name in partition_keys and isinstance(f.dataType, T.BinaryType)]
         if binary:
@@ -696,8 +697,7 @@ def _generated(rows: DataFrame, ctx: WriteContext, logical: Mapping[str, Any]) -
     by them): a classic session's expressions take the session's zone when they are made, so
     they are made with the zone set to UTC (:func:`unsupported` leaves Connect sessions in
     another zone to the Python tasks)."""
-    spark = rows.sparkSession
-    with session_confs(spark, {"spark.sql.session.timeZone": "UTC"}) if not _utc_session(rows) else contextlib.nullcontext():
+    with in_utc(rows.sparkSession):
         computed: dict[str, tuple[str, Column]] = {}
         for spec in ctx.conform_spec.columns:
             if spec.fill is Fill.GENERATED:
@@ -735,9 +735,10 @@ def _example(rows: DataFrame, check: _Check) -> object | None:
     """One row of ``rows`` that ``check`` fails on, with its shown value (the error path runs
     the rows again), or None when none comes back."""
     try:
-        failing = rows.where(check.failing)
-        if check.shown is not None:
-            failing = failing.select("*", check.shown.alias(_SHOWN))
+        with in_utc(rows.sparkSession):
+            failing = rows.where(check.failing)
+            if check.shown is not None:
+                failing = failing.select("*", check.shown.alias(_SHOWN))
         found = failing.limit(1).collect()
     except SPARK_FAILURES:
         return None

@@ -24,7 +24,7 @@ from txnlog.errors import InvalidArgumentError
 from txnlog.log import FILES_SCHEMA
 from txnlog.read import ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.change_data import ChangeRows
-from txnlog.spark.common import SPARK_FAILURES, column, job_error
+from txnlog.spark.common import SPARK_FAILURES, column, in_utc, job_error
 from txnlog.spark.conform import conformed, either, spark_types
 from txnlog.spark.driver import fits_driver
 from txnlog.spark.reader import FILE_COLUMN, ROW_INDEX_COLUMN, read_files
@@ -241,13 +241,17 @@ class SparkRemoval:
         self.changes = ChangeRows(spark, txn)
 
     def delete(self, txn: OptimisticTransaction, plan: RowChangePlan) -> RowChangeMetrics:
-        return run_delete(self.spark, txn, plan, ctx=self.ctx, changes=self.changes).metrics
+        # The replaced rows are the predicate's in UTC, as are the written rows it checks and
+        # txnlog's pruning (a DELETE statement's condition is the session's SQL instead).
+        with in_utc(self.spark):
+            return run_delete(self.spark, txn, plan, ctx=self.ctx, changes=self.changes).metrics
 
     def imply(self, txn: OptimisticTransaction, files: pa.Table, change_type: str) -> None:
         self.changes.imply_files(files, change_type)
 
     def finish(self, txn: OptimisticTransaction) -> int:
-        return self.changes.stage(self.ctx)
+        with in_utc(self.spark):  # Spark Connect analyses the deleted rows' change rows only now
+            return self.changes.stage(self.ctx)
 
 
 __all__ = ["SparkRemoval", "StagedRows", "matching_files", "matching_positions", "positions_of", "rows_to_mark", "run_delete", "run_update"]

@@ -129,7 +129,7 @@ def write_files(
             raise InvalidArgumentError(f"target_file_size must be positive, got {target_file_size}")
         ctx = dataclasses.replace(ctx, target_file_size=int(target_file_size))
     check_schema(df, ctx, extra=(ROW_ID, ROW_COMMIT_VERSION) if preserve_row_ids else ())
-    fallback = unsupported(df, ctx, data_change=data_change, target_file_size=target_file_size)
+    fallback = unsupported(df, ctx, data_change=data_change, target_file_size=target_file_size, require=require)
     if fallback is None:
         return write_native(df, ctx, partition_by=partition_by, data_change=data_change, preserve_row_ids=preserve_row_ids, require=require,
                             rows_per_file=rows_per_file)
