@@ -147,3 +147,32 @@ def test_delete_and_update_take_conditions_only_rows_compute(spark: Any, tmp_pat
     rows = {r.id: r.v for r in ts.read(spark, uri).collect()}
     assert sorted(rows) == [i for i in range(30) if i % 2 and i != 7] + [100]
     assert ts.read(spark, uri, predicate="id % 10 = 3 AND p = '0'").count() == 1  # id 3 (13: p = '1', 23: p = '2')
+
+
+@pytest.mark.parametrize("deletion_vectors", ["true", "false"])
+def test_conditions_read_timestamps_in_utc_whatever_the_session_zone(spark: Any, tmp_path: Path, deletion_vectors: str) -> None:
+    """txnlog reads a timestamp in UTC, in its file skipping, its Python DML and Spark's alike: in
+    a Tokyo session (UTC+9), a row at 16:00 UTC on May 1st (May 2nd in Tokyo) has May 1st for
+    ``CAST(ts AS DATE)``, whether it shares a file with a later row or not, as txnlog's Python
+    UPDATE and DELETE find (delta-spark would take Tokyo's date)."""
+    import datetime as dt
+
+    from tests.conftest import session_confs
+
+    early, late = dt.datetime(2024, 5, 1, 16, tzinfo=dt.timezone.utc), dt.datetime(2024, 5, 3, tzinfo=dt.timezone.utc)
+    layouts = {"one file": [[(1, early), (2, late)]], "two files": [[(1, early)], [(2, late)]]}
+    later, first_day = "CAST(ts AS DATE) >= DATE'2024-05-02'", "CAST(ts AS DATE) = DATE'2024-05-01'"
+    for name, files in layouts.items():
+        uris = {how: str(tmp_path / f"{name}-{how}") for how in ("spark", "python")}
+        for uri in uris.values():
+            for rows in files:
+                ts.write(spark.createDataFrame(rows, "id long, ts timestamp"), uri, properties={"delta.enableDeletionVectors": deletion_vectors})
+        with session_confs(spark, {"spark.sql.session.timeZone": "Asia/Tokyo"}), ts.transaction(spark, uris["spark"], operation="UPDATE") as tx:
+            tx.update(later, set={"id": "id * 10"})
+            tx.delete(first_day)
+        python = txnlog.Table(uris["python"])
+        python.update(later, set={"id": "id * 10"})
+        python.delete(first_day)
+        expected = sorted(r["id"] for r in python.snapshot().to_arrow().to_pylist())
+        assert expected == [20], name
+        assert sorted(r.id for r in ts.read(spark, uris["spark"]).collect()) == expected, name

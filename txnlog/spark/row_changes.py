@@ -77,6 +77,22 @@ def run_delete(
     files: pa.Table | None = None,
     changes: ChangeRows | None = None,
 ) -> StagedRows:
+    """:func:`_run_delete` with the session reading timestamps in UTC, as txnlog's own SQL reads
+    them (its file skipping first of all): the rows a condition chooses never depend on which
+    files skipping kept, nor on the session's zone."""
+    with in_utc(spark):
+        return _run_delete(spark, txn, plan, ctx=ctx, files=files, changes=changes)
+
+
+def _run_delete(
+    spark: SparkSession,
+    txn: OptimisticTransaction,
+    plan: RowChangePlan,
+    *,
+    ctx: WriteContext | None = None,
+    files: pa.Table | None = None,
+    changes: ChangeRows | None = None,
+) -> StagedRows:
     """Stage the DELETE ``plan`` in ``txn``, recording the read. ``files``: the live files as the
     transaction sees them so far (the snapshot's, by default). ``changes``: where the commit's
     change rows go (the deleted rows); without it, they are written here."""
@@ -126,6 +142,13 @@ def run_delete(
 
 def run_update(spark: SparkSession, txn: OptimisticTransaction, plan: RowChangePlan, *, files: pa.Table | None = None,
                changes: ChangeRows) -> StagedRows:
+    """:func:`_run_update` reading timestamps in UTC (see :func:`run_delete`)."""
+    with in_utc(spark):
+        return _run_update(spark, txn, plan, files=files, changes=changes)
+
+
+def _run_update(spark: SparkSession, txn: OptimisticTransaction, plan: RowChangePlan, *, files: pa.Table | None = None,
+                changes: ChangeRows) -> StagedRows:
     """Stage the UPDATE ``plan`` in ``txn``, recording the read: with deletion vectors, the old
     rows are marked deleted and only their new versions are written; copy-on-write rewrites
     each file holding a matching row. The pre- and post-images go to ``changes``."""
@@ -241,10 +264,7 @@ class SparkRemoval:
         self.changes = ChangeRows(spark, txn)
 
     def delete(self, txn: OptimisticTransaction, plan: RowChangePlan) -> RowChangeMetrics:
-        # The replaced rows are the predicate's in UTC, as are the written rows it checks and
-        # txnlog's pruning (a DELETE statement's condition is the session's SQL instead).
-        with in_utc(self.spark):
-            return run_delete(self.spark, txn, plan, ctx=self.ctx, changes=self.changes).metrics
+        return run_delete(self.spark, txn, plan, ctx=self.ctx, changes=self.changes).metrics
 
     def imply(self, txn: OptimisticTransaction, files: pa.Table, change_type: str) -> None:
         self.changes.imply_files(files, change_type)

@@ -21,7 +21,7 @@ from txnlog import AddFile, CommitResult, IsolationLevel, OptimisticTransaction,
 from txnlog.dml import RowChangePlan, files_table
 from txnlog.errors import FileNotLiveError, InvalidArgumentTypeError, TransactionError
 from txnlog.spark.change_data import ChangeRows
-from txnlog.spark.common import require_dataframe
+from txnlog.spark.common import in_utc, require_dataframe
 from txnlog.spark.reader import read_files, read_snapshot
 from txnlog.spark.row_changes import StagedRows, run_delete, run_update
 from txnlog.spark.tasks import check_schema, write_files
@@ -140,7 +140,8 @@ class SparkTransaction:
 
     def _finish(self) -> None:
         """Before the commit: write the change data files the staged changes need."""
-        written = self._changes.stage()
+        with in_utc(self.spark):  # Spark Connect analyses the staged change rows only now
+            written = self._changes.stage()
         if written:
             self._count({"numAddedChangeFiles": written})
 
