@@ -297,3 +297,20 @@ def test_merge_expressions_read_source_timestamps_in_utc_whatever_zone_they_carr
     source = pa.table({"id": [1], "ts": pa.array([instant], pa.timestamp("us", tz="America/Los_Angeles"))})
     table.merge(source, "t.id = s.id").when_not_matched_insert({"id": "s.id", "day": "CAST(s.ts AS DATE)", "h": "hour(s.ts)"}).execute()
     assert table.snapshot().to_arrow().to_pylist() == [{"id": 1, "day": dt.date(2024, 5, 2), "h": 3}]
+
+
+def test_timestamp_literals_are_values_in_utc_with_or_without_an_offset(tmp_path: Path) -> None:
+    """``TIMESTAMP'...'`` as a value (not only in a condition): without an offset a UTC wall
+    clock, as in conditions; with one, that instant. Arrow refuses the zone-free text for a
+    zoned column, so the evaluator reads it as UTC's."""
+    import datetime as dt
+
+    import txnlog
+
+    table = txnlog.Table.create(str(tmp_path / "t"), pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))]))
+    source = pa.table({"id": [1, 2]})
+    table.merge(source, "t.id = s.id").when_not_matched_insert({
+        "id": "s.id", "ts": "CASE WHEN s.id = 1 THEN TIMESTAMP'2024-05-02 00:00:00' ELSE TIMESTAMP'2024-05-02 09:00:00+09:00' END"}).execute()
+    table.update("ts >= TIMESTAMP'2024-05-02 00:00:00'", set={"id": "id * 10"})
+    midnight = dt.datetime(2024, 5, 2, tzinfo=dt.timezone.utc)
+    assert sorted((r["id"], r["ts"]) for r in table.snapshot().to_arrow().to_pylist()) == [(10, midnight), (20, midnight)]

@@ -260,3 +260,36 @@ def test_the_merge_builder_runs_any_clause_list_on_the_driver_and_in_spark(spark
     assert builder.execute() is not None
     assert rows(uri) == rows(expected)
     assert rows(uri)[0] == ("OLD", 0.0) and rows(uri)[2] == ("US", 2.0) and 3 not in rows(uri) and 12 in rows(uri) and 9 not in rows(uri)
+
+
+@pytest.mark.parametrize("deletion_vectors", ["true", "false"])
+def test_merge_conditions_read_timestamps_in_utc_whatever_the_session_zone(spark: Any, tmp_path, deletion_vectors: str) -> None:
+    """In a Tokyo session (UTC+9), a target row at 16:00 UTC on May 1st (May 2nd in Tokyo) has
+    May 1st for ``CAST(t.ts AS DATE)`` in txnlog.spark's MERGE as in txnlog's Python MERGE,
+    in clause conditions and values alike (delta-spark would take Tokyo's date)."""
+    import datetime as dt
+
+    import txnlog.spark as ts
+    from tests.conftest import session_confs
+
+    early, late = dt.datetime(2024, 5, 1, 16, tzinfo=dt.timezone.utc), dt.datetime(2024, 5, 3, tzinfo=dt.timezone.utc)
+    target = [(1, early, None), (2, late, None), (3, early, None)]
+    source = [(1, 10), (2, 20), (3, 30), (4, 40)]
+
+    def clauses(builder: Any) -> Any:
+        return (builder.when_matched_delete(predicate="CAST(t.ts AS DATE) = DATE'2024-05-01' AND s.v > 20")
+                .when_matched_update({"day": "CAST(t.ts AS DATE)"})
+                .when_not_matched_insert({"id": "s.id", "ts": "TIMESTAMP'2024-05-02 00:00:00'", "day": "CAST(TIMESTAMP'2024-05-02 00:00:00' AS DATE)"})
+                .execute())
+
+    uris = {how: str(tmp_path / how) for how in ("spark", "python")}
+    for uri in uris.values():
+        ts.write(spark.createDataFrame(target, "id long, ts timestamp, day date"), uri, properties={"delta.enableDeletionVectors": deletion_vectors})
+    source_df = spark.createDataFrame(source, "id long, v long")
+    with session_confs(spark, {"spark.sql.session.timeZone": "Asia/Tokyo"}):
+        clauses(merge(spark, uris["spark"], source_df, "t.id = s.id"))
+    clauses(Table(uris["python"]).merge(source_df.toArrow(), "t.id = s.id"))
+    expected = sorted((r["id"], r["ts"], r["day"]) for r in Table(uris["python"]).snapshot().to_arrow().to_pylist())
+    assert [(i, d) for i, _, d in expected] == [(1, dt.date(2024, 5, 1)), (2, dt.date(2024, 5, 3)), (4, dt.date(2024, 5, 2))]
+    got = sorted((r["id"], r["ts"], r["day"]) for r in Table(uris["spark"]).snapshot().to_arrow().to_pylist())
+    assert got == expected

@@ -201,6 +201,15 @@ def condition_mask(node: ValueExpression, resolve: Resolver, num_rows: int, *, t
     return pc.fill_null(values, False)
 
 
+def _zoned_from_text(text: Datum, to: pa.TimestampType) -> Datum:
+    """Text cast to the zoned ``to``: a text without an offset is a wall clock in UTC (as
+    ``TIMESTAMP'2024-05-02 00:00:00'`` is in txnlog's SQL), one with an offset is that instant."""
+    try:
+        return pc.cast(text, to)
+    except pa.ArrowInvalid:  # no offset in some text: read as UTC wall clocks
+        return pc.cast(pc.cast(text, pa.timestamp(to.unit)), to)
+
+
 def _without_zone(values: Datum) -> Datum:
     """UTC timestamps as zone-free ones of the same unit, sharing their buffers."""
     naive = pa.timestamp(values.type.unit)
@@ -256,6 +265,8 @@ class _Evaluator:
                 # UTC instants are their wall-clock times: the zone-free cast gives the same values,
                 # faster (and dropping the zone is a view of the same buffers)
                 operand = _without_zone(operand)
+            if pa.types.is_timestamp(node.to) and node.to.tz is not None and pa.types.is_string(operand.type):
+                return _zoned_from_text(operand, node.to)
             return pc.cast(operand, node.to)
         if isinstance(node, FunctionCall):
             return self.function(node)

@@ -144,6 +144,12 @@ def session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[Non
                 spark.conf.set(key, old)
 
 
+def analysed_lazily(df: DataFrame) -> bool:
+    """A Spark Connect DataFrame: the server analyses its plan when it runs, under the session's
+    settings then, not when it is made."""
+    return type(df).__module__.startswith("pyspark.sql.connect")
+
+
 def utc_session(spark: SparkSession) -> bool:
     """Whether ``spark``'s session time zone is UTC (under any of its names)."""
     zone = spark.conf.get("spark.sql.session.timeZone", None) or ""
@@ -267,6 +273,7 @@ def decode_error(text: str) -> TxnLogError:
 
 
 __all__ = [
+    "analysed_lazily",
     "nullable_inside",
     "SPARK_FAILURES",
     "SparkJobError",

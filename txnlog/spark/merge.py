@@ -44,6 +44,7 @@ commit's parameters; this module only runs it. Conditions are Spark SQL over two
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -79,7 +80,7 @@ from txnlog.dml import run_merge as run_on_driver
 from txnlog.errors import InvalidArgumentError, SchemaError
 from txnlog.read import READ_THREADS, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.change_data import ChangeRows
-from txnlog.spark.common import SPARK_FAILURES, SparkJobError, arrow_schema_of_struct, job_error, quote_column
+from txnlog.spark.common import SPARK_FAILURES, SparkJobError, analysed_lazily, arrow_schema_of_struct, in_utc, job_error, quote_column
 from txnlog.spark.conform import conformed, conformed_columns, either, spark_types
 from txnlog.spark.driver import MAX_SOURCE_KEYS, collect_keys, driver_scan_cells, fits_driver, matching_target_rows
 from txnlog.spark.reader import FILE_COLUMN as READER_FILE_COLUMN
@@ -150,7 +151,15 @@ def _clause(plan: MergePlan, when: str, action: str) -> MergeClause | None:
 
 def run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: MergePlan) -> MergeMetrics:
     """Stage ``plan`` with ``source_df`` in ``txn``: on the driver when small and portable,
-    else in Spark; what it did."""
+    else in Spark; what it did. Its conditions and values read timestamps in UTC, as txnlog's
+    SQL reads them, where the session analyses a DataFrame when it is made (``source_df``,
+    made before, keeps its zone); over Spark Connect, which analyses the source with them,
+    they take the session's zone."""
+    with contextlib.nullcontext() if analysed_lazily(source_df) else in_utc(spark):
+        return _run_merge(txn, spark, source_df, plan)
+
+
+def _run_merge(txn: OptimisticTransaction, spark: Any, source_df: Any, plan: MergePlan) -> MergeMetrics:
     snapshot = txn.snapshot
     if snapshot is None:
         raise InvalidArgumentError(f"merge into {txn.uri}: the table does not exist yet")

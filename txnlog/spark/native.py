@@ -47,6 +47,7 @@ from txnlog.read import CHANGE_TYPE, CHANGE_TYPES, ROW_COMMIT_VERSION, ROW_ID
 from txnlog.spark.common import (
     SPARK_FAILURES,
     SparkJobError,
+    analysed_lazily,
     arrow_schema_of_struct,
     column,
     hadoop_table_path,
@@ -157,11 +158,11 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     if target_file_size is not None:
         return "files cut at an explicit target size"
     spec = ctx.conform_spec
-    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns) and not utc_session(df.sparkSession) and _analysed_lazily(df):
+    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns) and not utc_session(df.sparkSession) and analysed_lazily(df):
         # txnlog computes generated columns in UTC (and prunes files through them so): a classic
         # session's expressions take their zone when made (:func:`_generated`), Connect's when run.
         return "generated columns in a Spark Connect session whose time zone is not UTC"
-    if _analysed_lazily(df) and (require is not None or ctx.constraints()) and not utc_session(df.sparkSession):
+    if analysed_lazily(df) and (require is not None or ctx.constraints()) and not utc_session(df.sparkSession):
         # They are read in UTC too (:func:`~txnlog.spark.common.in_utc`), which only a classic session's analysis allows.
         return "CHECK constraints or a replaceWhere in a Spark Connect session whose time zone is not UTC"
     types = spark_types(spec)
@@ -229,12 +230,6 @@ def _cast_checks(df: DataFrame, spec: ConformSpec, logical: Mapping[str, Any]) -
 def _lossy_cast(name: str, source: str, target: object, count: int, example: object | None) -> TxnLogError:
     shown = example.get(_SHOWN) if isinstance(example, dict) else None
     return unsafe_cast(name, source, target, f"{count} value(s) would change" + (f", e.g. {shown}" if shown is not None else ""))
-
-
-def _analysed_lazily(df: DataFrame) -> bool:
-    """A Spark Connect DataFrame: the server analyses its plan when it runs, under the session's
-    settings then, not when it is made."""
-    return type(df).__module__.startswith("pyspark.sql.connect")
 
 
 def _leaves_supported(kind: Any) -> bool:
