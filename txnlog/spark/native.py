@@ -138,8 +138,9 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
                 require: str | None = None) -> str | None:
     """Why ``df`` cannot be written natively to the table ``ctx`` describes (the Python tasks
     write it then), or None. Not yet native: generated columns, CHECK constraints and a
-    replaceWhere (``require``) in a Spark Connect session whose time zone is not UTC, casts the Python tasks treat apart (see :func:`_cast_rule`;
-    narrowing casts are written natively with their rows counted), files cut at an
+    replaceWhere (``require``) in a Spark Connect session whose time zone is not UTC, casts the
+    Python tasks treat apart (see :func:`_cast_rule`; narrowing casts are written natively with
+    their rows counted), files cut at an
     explicit ``target_file_size`` (Spark writes one file per task and partition, as
     delta-spark does), tables in
     ``memory://``, and tables outside the local file system unless :data:`NATIVE_WRITE_CONF` is
@@ -158,13 +159,13 @@ def unsupported(df: DataFrame, ctx: WriteContext, *, data_change: bool, target_f
     if target_file_size is not None:
         return "files cut at an explicit target size"
     spec = ctx.conform_spec
-    if data_change and any(c.fill is Fill.GENERATED for c in spec.columns) and not utc_session(df.sparkSession) and analysed_lazily(df):
-        # txnlog computes generated columns in UTC (and prunes files through them so): a classic
-        # session's expressions take their zone when made (:func:`_generated`), Connect's when run.
-        return "generated columns in a Spark Connect session whose time zone is not UTC"
-    if analysed_lazily(df) and (require is not None or ctx.constraints()) and not utc_session(df.sparkSession):
-        # They are read in UTC too (:func:`~txnlog.spark.common.in_utc`), which only a classic session's analysis allows.
-        return "CHECK constraints or a replaceWhere in a Spark Connect session whose time zone is not UTC"
+    if analysed_lazily(df) and not utc_session(df.sparkSession):
+        # txnlog reads timestamps in UTC (and prunes files so): a classic session's expressions
+        # are analysed in UTC when made (:func:`~txnlog.spark.common.in_utc`), Connect's only when run.
+        if data_change and any(c.fill is Fill.GENERATED for c in spec.columns):
+            return "generated columns in a Spark Connect session whose time zone is not UTC"
+        if require is not None or ctx.constraints():
+            return "CHECK constraints or a replaceWhere in a Spark Connect session whose time zone is not UTC"
     types = spark_types(spec)
     partitions = {c.lower() for c in ctx.partition_columns}
     for name, kind in types.items():

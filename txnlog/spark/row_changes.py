@@ -10,9 +10,11 @@ holding a changed row on the executors. The transaction's owner records the metr
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,23 +70,25 @@ def _snapshot(txn: OptimisticTransaction) -> Snapshot:
     return txn.snapshot
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _in_utc(run: Callable[Concatenate[SparkSession, _P], _R]) -> Callable[Concatenate[SparkSession, _P], _R]:
+    """``run`` with its session reading timestamps in UTC, as txnlog's own SQL reads them (its
+    file skipping first of all): the rows a condition chooses never depend on which files
+    skipping kept, nor on the session's zone."""
+
+    @functools.wraps(run)
+    def in_utc_session(spark: SparkSession, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with in_utc(spark):
+            return run(spark, *args, **kwargs)
+
+    return in_utc_session
+
+
+@_in_utc
 def run_delete(
-    spark: SparkSession,
-    txn: OptimisticTransaction,
-    plan: RowChangePlan,
-    *,
-    ctx: WriteContext | None = None,
-    files: pa.Table | None = None,
-    changes: ChangeRows | None = None,
-) -> StagedRows:
-    """:func:`_run_delete` with the session reading timestamps in UTC, as txnlog's own SQL reads
-    them (its file skipping first of all): the rows a condition chooses never depend on which
-    files skipping kept, nor on the session's zone."""
-    with in_utc(spark):
-        return _run_delete(spark, txn, plan, ctx=ctx, files=files, changes=changes)
-
-
-def _run_delete(
     spark: SparkSession,
     txn: OptimisticTransaction,
     plan: RowChangePlan,
@@ -140,15 +144,9 @@ def _run_delete(
     return done(hit, added, FileCounts.rewrite(hit, added), deleted, live_rows(added), scanned)
 
 
+@_in_utc
 def run_update(spark: SparkSession, txn: OptimisticTransaction, plan: RowChangePlan, *, files: pa.Table | None = None,
                changes: ChangeRows) -> StagedRows:
-    """:func:`_run_update` reading timestamps in UTC (see :func:`run_delete`)."""
-    with in_utc(spark):
-        return _run_update(spark, txn, plan, files=files, changes=changes)
-
-
-def _run_update(spark: SparkSession, txn: OptimisticTransaction, plan: RowChangePlan, *, files: pa.Table | None = None,
-                changes: ChangeRows) -> StagedRows:
     """Stage the UPDATE ``plan`` in ``txn``, recording the read: with deletion vectors, the old
     rows are marked deleted and only their new versions are written; copy-on-write rewrites
     each file holding a matching row. The pre- and post-images go to ``changes``."""
