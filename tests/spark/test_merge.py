@@ -262,7 +262,9 @@ def test_the_merge_builder_runs_any_clause_list_on_the_driver_and_in_spark(spark
     assert rows(uri)[0] == ("OLD", 0.0) and rows(uri)[2] == ("US", 2.0) and 3 not in rows(uri) and 12 in rows(uri) and 9 not in rows(uri)
 
 
-@pytest.mark.parametrize("deletion_vectors", ["true", "false"])
+#: The zone is read in the statement's expressions, alike with deletion vectors or copy-on-write
+#: (the latter under ``soak``); the module runs each test in both DML regimes.
+@pytest.mark.parametrize("deletion_vectors", ["true", pytest.param("false", marks=pytest.mark.soak)])
 def test_merge_conditions_read_timestamps_in_utc_whatever_the_session_zone(spark: Any, tmp_path, deletion_vectors: str) -> None:
     """In a Tokyo session (UTC+9), a target row at 16:00 UTC on May 1st (May 2nd in Tokyo) has
     May 1st for ``CAST(t.ts AS DATE)`` in txnlog.spark's MERGE as in txnlog's Python MERGE,

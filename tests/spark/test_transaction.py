@@ -149,7 +149,9 @@ def test_delete_and_update_take_conditions_only_rows_compute(spark: Any, tmp_pat
     assert ts.read(spark, uri, predicate="id % 10 = 3 AND p = '0'").count() == 1  # id 3 (13: p = '1', 23: p = '2')
 
 
-@pytest.mark.parametrize("deletion_vectors", ["true", "false"])
+#: The zone is read in the statement's expressions, alike with deletion vectors or copy-on-write
+#: (the latter under ``soak``); the module runs each test in both DML regimes.
+@pytest.mark.parametrize("deletion_vectors", ["true", pytest.param("false", marks=pytest.mark.soak)])
 def test_conditions_read_timestamps_in_utc_whatever_the_session_zone(spark: Any, tmp_path: Path, deletion_vectors: str) -> None:
     """txnlog reads a timestamp in UTC, in its file skipping, its Python DML and Spark's alike: in
     a Tokyo session (UTC+9), a row at 16:00 UTC on May 1st (May 2nd in Tokyo) has May 1st for
